@@ -1,0 +1,3 @@
+from apportion.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,10 @@
+"""`apportion locate`: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("locate", help="(not built yet)")
+    parser.set_defaults(func=lambda args: parser.error("not built yet"))

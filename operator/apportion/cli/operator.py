@@ -1,0 +1,10 @@
+"""`apportion operator`: not built yet."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("operator", help="(not built yet)")
+    parser.set_defaults(func=lambda args: parser.error("not built yet"))
