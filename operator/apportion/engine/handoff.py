@@ -1,0 +1,298 @@
+"""Fenced hand-off of units between worker pods (docs/handoff.md).
+
+Akka Cluster Sharding's hand-off (BeginHandOff → owner stops the shard → ack → reallocate),
+made level-triggered: every decision is re-derived from the published table, the target, the
+live pods and their acks, all of which live in the API server, so the operator may crash or
+fail over between any two writes. Pure: no I/O, no clock of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from apportion.api.assignment import (
+    UNOWNED,
+    Ack,
+    AssignmentTable,
+    Member,
+    Release,
+    UnitState,
+    unit_order,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LivePod:
+    """A member pod as the operator sees it: present in the API, with this uid.
+
+    `draining`: the pod has a deletionTimestamp. A worker may also announce draining in its ack.
+    """
+
+    uid: str
+    draining: bool = False
+
+
+class Reason(StrEnum):
+    """Event reasons; the controller posts one Event per HandoffEvent."""
+
+    ASSIGNED = "Assigned"
+    HANDOFF_STARTED = "HandoffStarted"
+    HANDOFF_RETARGETED = "HandoffRetargeted"
+    HANDOFF_CANCELLED = "HandoffCancelled"
+    HANDOFF_COMPLETED = "HandoffCompleted"
+    HANDOFF_TIMED_OUT = "HandoffTimedOut"
+    OWNER_GONE = "OwnerGone"
+
+
+@dataclass(frozen=True)
+class HandoffEvent:
+    """One decision about a group of units sharing reason, source and target."""
+
+    reason: Reason
+    source: str | None
+    target: str | None
+    units: tuple[str, ...]
+
+    @property
+    def type(self) -> Literal["Normal", "Warning"]:
+        forced = self.reason is Reason.HANDOFF_TIMED_OUT
+        stranded = self.reason is Reason.OWNER_GONE and self.target is None
+        return "Warning" if forced or stranded else "Normal"
+
+    def message(self, sample: int = 8) -> str:
+        shown = ", ".join(self.units[:sample]) + (", …" if len(self.units) > sample else "")
+        what = f"{len(self.units)} unit(s) ({shown})"
+        src, dst = self.source, self.target
+        match self.reason:
+            case Reason.ASSIGNED:
+                return f"assigned {what} to {dst}"
+            case Reason.HANDOFF_STARTED:
+                return f"{src} is releasing {what} for {dst}"
+            case Reason.HANDOFF_RETARGETED:
+                return f"hand-off of {what} from {src} now goes to {dst}"
+            case Reason.HANDOFF_CANCELLED:
+                return f"hand-off of {what} to {dst} cancelled; {src} keeps them"
+            case Reason.HANDOFF_COMPLETED:
+                return f"{src} acknowledged the release of {what}; {dst} owns them"
+            case Reason.HANDOFF_TIMED_OUT:
+                return (f"{src} did not acknowledge the release of {what} within "
+                        f"handoffTimeout; reassigned to {dst} anyway")
+            case Reason.OWNER_GONE:
+                where = f"reassigned to {dst}" if dst else "no member can take them"
+                return f"owner pod {src} is gone; {what} {where}"
+
+
+@dataclass(frozen=True)
+class HandoffDecision:
+    """`new_table`: publish it (None: the published table stands). `waiting`: units still
+    releasing afterwards; `wake_at`: when the first of them times out, to step again then."""
+
+    new_table: AssignmentTable | None
+    events: tuple[HandoffEvent, ...]
+    waiting: tuple[str, ...]
+    wake_at: float | None
+
+
+def invert_assignment(assignment: Mapping[str, Iterable[str]]) -> dict[str, str]:
+    """member → units (a placement Plan's assignment) to the unit → member target of `step`."""
+    target: dict[str, str] = {}
+    for member, units in assignment.items():
+        for unit in units:
+            if target.setdefault(unit, member) != member:
+                raise ValueError(f"unit {unit!r} assigned to both {target[unit]} and {member}")
+    return target
+
+
+def step(
+    published: AssignmentTable,
+    target: Mapping[str, str],
+    acks: Mapping[str, Ack],
+    live_members: Mapping[str, LivePod],
+    now: float,
+    handoff_timeout: float,
+    *,
+    generation: int | None = None,
+) -> HandoffDecision:
+    """Advance every unit of `published` one move towards `target`; at most one write.
+
+    `target`: unit → desired member; a unit missing from it (or aimed at a pod that is gone or
+    draining) has no destination and stays where it is. `acks`: pod name → the ack parsed from
+    that pod's annotation. `live_members`: every pod of the set present in the API.
+    Same inputs on the table this returns → no further write (the controller just loops).
+    """
+    if not handoff_timeout > 0:
+        raise ValueError("handoff_timeout must be positive")
+    epoch = published.epoch + 1
+    known_uid = published.member_uids
+    draining = {name for name, pod in live_members.items()
+                if pod.draining or (_vouched(acks.get(name), pod.uid) and acks[name].draining)}
+
+    units = dict(published.units)
+    changed = False
+    grouped: dict[tuple[Reason, str | None, str | None], list[str]] = {}
+    waiting: list[str] = []
+    wake_at: float | None = None
+    order = published.unit_names
+    if not target.keys() <= units.keys():
+        order = unit_order(units.keys() | target.keys())
+    for unit in order:
+        state = units.get(unit, UNOWNED)
+        wanted = target.get(unit)
+        destination = (wanted if wanted in live_members and wanted not in draining else None)
+        owner = state.owner
+        owner_pod = live_members.get(owner) if owner is not None else None
+        alive = owner_pod is not None and owner_pod.uid == known_uid[owner]
+        outcome = _advance(state, unit, destination, alive, acks.get(owner) if alive else None,
+                           known_uid.get(owner), published.epoch, now, handoff_timeout, epoch)
+        if outcome is not None:
+            state, reason, source, dest = outcome
+            units[unit] = state
+            changed = True
+            grouped.setdefault((reason, source, dest), []).append(unit)
+        elif unit not in units:
+            units[unit] = state
+            changed = True
+        if state.releasing is not None:
+            waiting.append(unit)
+            deadline = state.releasing.since + handoff_timeout
+            wake_at = deadline if wake_at is None else min(wake_at, deadline)
+
+    members = tuple(Member(name, live_members[name].uid) for name in sorted(live_members))
+    new_generation = published.generation if generation is None else generation
+    changed = changed or members != published.members or new_generation != published.generation
+    new_table = None
+    if changed:
+        new_table = AssignmentTable(published.set_ref, new_generation, published.key_scheme,
+                                    published.count, epoch, members, units)
+    events = tuple(HandoffEvent(reason, source, dest, tuple(group))
+                   for (reason, source, dest), group in sorted(grouped.items(), key=_event_key))
+    return HandoffDecision(new_table, events, tuple(waiting), wake_at)
+
+
+def _advance(
+    state: UnitState,
+    unit: str,
+    destination: str | None,
+    owner_alive: bool,
+    owner_ack: Ack | None,
+    owner_uid: str | None,
+    published_epoch: int,
+    now: float,
+    timeout: float,
+    epoch: int,
+) -> tuple[UnitState, Reason, str | None, str | None] | None:
+    """The next state of one unit, with why; None when it stays as it is."""
+    owner, release = state.owner, state.releasing
+    if owner is None:
+        if destination is None:
+            return None
+        return UnitState(destination, epoch), Reason.ASSIGNED, None, destination
+    if not owner_alive:
+        # The pod is gone (or replaced by a new incarnation): its deletion is the fence.
+        return UnitState(destination, epoch), Reason.OWNER_GONE, owner, destination
+    if release is None:
+        if destination is None or destination == owner:
+            return None
+        started = UnitState(owner, state.epoch, Release(destination, now, epoch))
+        return started, Reason.HANDOFF_STARTED, owner, destination
+    if destination is None or destination == owner:
+        return UnitState(owner, state.epoch), Reason.HANDOFF_CANCELLED, owner, release.to
+    if _released(owner_ack, owner_uid, unit, release, published_epoch):
+        return UnitState(destination, epoch), Reason.HANDOFF_COMPLETED, owner, destination
+    if now - release.since >= timeout:
+        return UnitState(destination, epoch), Reason.HANDOFF_TIMED_OUT, owner, destination
+    if destination != release.to:
+        # Keep since and epoch: the owner's release (and any ack of it) does not depend on
+        # where the unit goes next.
+        moved = UnitState(owner, state.epoch, Release(destination, release.since, release.epoch))
+        return moved, Reason.HANDOFF_RETARGETED, owner, destination
+    return None
+
+
+def _released(ack: Ack | None, uid: str | None, unit: str, release: Release,
+              published_epoch: int) -> bool:
+    """The owner's ack covers this release: written by the owning incarnation after it saw the
+    release (an older ack predates it; one newer than the table means our read is stale)."""
+    return (ack is not None and ack.uid == uid
+            and release.epoch <= ack.epoch <= published_epoch and unit not in ack.pending)
+
+
+def _vouched(ack: Ack | None, uid: str | None) -> bool:
+    """An ack speaks only for the pod incarnation that wrote it."""
+    return ack is not None and ack.uid == uid
+
+
+def _event_key(item: tuple[tuple[Reason, str | None, str | None], list[str]]) -> tuple[str, ...]:
+    (reason, source, target), _ = item
+    return (reason.value, source or "", target or "")
+
+
+# ------------------------------------------------------------------------------- worker side
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """What a worker does on a table newer than the last one it handled.
+
+    acquire: start serving (fencing token: `table.units[u].epoch`). release: take no new work,
+    finish or buffer, then ack. stop: taken away without this worker's ack (it was presumed
+    gone, or the hand-off timed out): stop at once. A unit being finished for a release that
+    the table now shows as owned again (hand-off cancelled) simply goes on being served.
+    """
+
+    acquire: frozenset[str]
+    release: frozenset[str]
+    stop: frozenset[str]
+
+
+def _incarnation(table: AssignmentTable, me: Member) -> bool:
+    return table.member_uids.get(me.name) == me.uid
+
+
+def owned_units(table: AssignmentTable, me: Member) -> frozenset[str]:
+    """Units `me` may take new work for: owner is this very pod incarnation, no release."""
+    if not _incarnation(table, me):
+        return frozenset()
+    return frozenset(unit for unit, state in table.units.items()
+                     if state.owner == me.name and state.releasing is None)
+
+
+def releasing_units(table: AssignmentTable, me: Member) -> frozenset[str]:
+    """Units `me` still nominally owns but must release and acknowledge."""
+    if not _incarnation(table, me):
+        return frozenset()
+    return frozenset(unit for unit, state in table.units.items()
+                     if state.owner == me.name and state.releasing is not None)
+
+
+def is_owner(table: AssignmentTable, me: Member, unit: str) -> bool:
+    state = table.units.get(unit)
+    return (state is not None and state.owner == me.name and state.releasing is None
+            and _incarnation(table, me))
+
+
+def plan_worker(table: AssignmentTable, me: Member, serving: AbstractSet[str]) -> WorkerPlan:
+    """The worker rule. `serving`: units this process serves now, including ones it is
+    finishing for a release. Serve a unit only while the table says it is yours."""
+    owned = owned_units(table, me)
+    releasing = releasing_units(table, me)
+    return WorkerPlan(acquire=owned - serving, release=releasing & serving,
+                      stop=frozenset(serving) - owned - releasing)
+
+
+def make_ack(table: AssignmentTable, me: Member, *, pending: Iterable[str] = (),
+             draining: bool = False) -> Ack:
+    """The ack to write after handling `table`: every unit it marks releasing from `me` is
+    released except `pending` (units still finishing)."""
+    return Ack(uid=me.uid, epoch=table.epoch,
+               pending=frozenset(pending) & releasing_units(table, me), draining=draining)
+
+
+def supersedes(new: AssignmentTable, old: AssignmentTable | None) -> bool:
+    """Whether a worker should act on `new` after `old`: epochs only move forward within one
+    set incarnation; a recreated set (new uid) starts over."""
+    return old is None or new.set_ref.uid != old.set_ref.uid or new.epoch > old.epoch
