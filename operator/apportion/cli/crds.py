@@ -1,10 +1,49 @@
-"""`apportion crds`: not built yet."""
+"""`apportion crds`: generate the CustomResourceDefinitions from the API models."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("crds", help="(not built yet)")
-    parser.set_defaults(func=lambda args: parser.error("not built yet"))
+    parser = subparsers.add_parser(
+        "crds",
+        help="generate the CRDs from the API models",
+        description="Print the CRDs as YAML, write them into a directory (--output), or check "
+        "that a directory is up to date (--check).",
+    )
+    parser.add_argument(
+        "--output", "-o", type=Path, metavar="DIR", help="write <plural>.apportion.dev.yaml files"
+    )
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if DIR (default: crds) differs from the models; write nothing",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from apportion.api import crdgen
+
+    if args.check:
+        out_dir = args.output or Path("crds")
+        stale = crdgen.stale_crds(out_dir)
+        for name in stale:
+            print(f"stale: {out_dir / name}", file=sys.stderr)
+        if stale:
+            print(f"regenerate with: apportion crds --output {out_dir}", file=sys.stderr)
+            return 1
+        print(f"{out_dir}: up to date")
+        return 0
+    if args.output:
+        for path in crdgen.write_crds(args.output):
+            print(f"wrote {path}")
+        return 0
+    files = crdgen.rendered_files()
+    sys.stdout.write(
+        "---\n".join(text for name, text in files.items() if name.endswith(".apportion.dev.yaml"))
+    )
+    return 0

@@ -1,0 +1,396 @@
+"""What PartitionSet and ShardSet share: a fixed number of numbered units (0..n-1) owned by worker
+pods, a placement strategy, rebalancing with hand-off, and the status that reports it.
+
+Each kind adds its unit count (`partitions` or `shards`) and its default key scheme.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+from apportion.api.common import (
+    ApiModel,
+    CustomStrategy,
+    Decimal,
+    Duration,
+    IntOrPercent,
+    LabelKey,
+    LabelSelector,
+    MetricsSpec,
+    ObjectName,
+    TopologySpread,
+    WorkloadRef,
+    cel,
+    defaulted,
+    list_map,
+    min_duration,
+    strategy_option_rules,
+    validations,
+)
+from apportion.api.conditions import Conditions
+from apportion.api.resource import AGE_COLUMN, CrdInfo, PrinterColumn, condition_column
+
+MAX_UNITS = 100_000
+# Pins live in the spec, which kopf also keeps in its last-handled annotation (all annotations
+# of an object share 256 KiB); 1024 pins stay far below that.
+MAX_PINS = 1024
+MAX_MEMBER_ROWS = 256
+
+
+class KeyScheme(StrEnum):
+    """How a key (instance ID, entity ID) maps to a unit number."""
+
+    NETHERITE = "netherite"
+    """Text after the last `!` if it is an unsigned 32-bit integer n: n mod units; otherwise
+    FNV-1a 32-bit over the UTF-8 bytes, mod units (Durable Functions Netherite)."""
+    AKKA = "akka"
+    """abs(Java String.hashCode(key) mod units) (Akka/Pekko Cluster Sharding)."""
+    APPORTION = "apportion"
+    """xxHash64 of the UTF-8 bytes mod units; better spread than either for non-random keys."""
+
+
+class UnitStrategyName(StrEnum):
+    """Which algorithm assigns units to members."""
+
+    BALANCED = "Balanced"
+    LEAST_SHARDS = "LeastShards"
+    CONSISTENT_HASHING = "ConsistentHashing"
+    EXTERNAL = "External"
+    CUSTOM = "Custom"
+
+
+class FallbackStrategyName(StrEnum):
+    """Strategies that can place the units an External strategy leaves unpinned."""
+
+    BALANCED = "Balanced"
+    LEAST_SHARDS = "LeastShards"
+    CONSISTENT_HASHING = "ConsistentHashing"
+
+
+class BalancedOptions(ApiModel):
+    """Options of Balanced: minimal-move rebalancing on measured load (unit counts when no load
+    is reported), weighted by each member's capacity."""
+
+    max_moved_load_percent: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="At most this percentage of the total load moves in one round.",
+    )
+    capacity_label: LabelKey | None = Field(
+        None,
+        description="Label on worker pods holding a positive number, the pod's relative capacity "
+        "(default 1 for every pod).",
+    )
+
+
+class LeastShardsOptions(ApiModel):
+    """Options of LeastShards, Akka's LeastShardAllocationStrategy: new units go to the member
+    with the fewest; a round moves at most max(1, min(relativeLimit * units, absoluteLimit))."""
+
+    absolute_limit: int = Field(
+        20, ge=0, le=MAX_UNITS, description="Upper bound of units moved in one round."
+    )
+    relative_limit_percent: int = Field(
+        10,
+        ge=0,
+        le=100,
+        description="Upper bound of units moved in one round, as a percentage of all units "
+        "(Akka's relative-limit 0.1 is 10).",
+    )
+
+
+class ConsistentHashingOptions(ApiModel):
+    """Options of ConsistentHashing, Akka's ConsistentHashingShardAllocationStrategy: a hash
+    ring with virtual nodes, so membership changes move few units."""
+
+    virtual_nodes: int = Field(10, ge=1, le=1000, description="Points per member on the hash ring.")
+    rebalance_limit: int = Field(
+        0,
+        ge=0,
+        le=MAX_UNITS,
+        description="Units moved in one round at most; 0 leaves only rebalance.maxMovesPerRound.",
+    )
+
+
+class Pin(ApiModel):
+    """A unit placed on a named pod."""
+
+    unit: int = Field(ge=0, lt=MAX_UNITS, description="Unit number, 0..units-1.")
+    member: ObjectName = Field(description="Name of the worker pod that owns the unit.")
+
+
+class ExternalOptions(ApiModel):
+    """Options of External, Akka's ExternalShardAllocationStrategy: the user sets where units
+    live; pins to absent pods and unpinned units are placed by the fallback strategy."""
+
+    pins: list[Pin] = Field(
+        min_length=1,
+        max_length=MAX_PINS,
+        json_schema_extra=list_map("unit"),
+        description="Units pinned to pods, one entry per unit.",
+    )
+    fallback: FallbackStrategyName = Field(
+        FallbackStrategyName.BALANCED,
+        description="Strategy for unpinned units and pins whose pod is gone. Its options block "
+        "(balanced, leastShards, consistentHashing) may be set too.",
+    )
+
+
+_OPTIONS: dict[UnitStrategyName, tuple[str, type[ApiModel]]] = {
+    UnitStrategyName.BALANCED: ("balanced", BalancedOptions),
+    UnitStrategyName.LEAST_SHARDS: ("least_shards", LeastShardsOptions),
+    UnitStrategyName.CONSISTENT_HASHING: ("consistent_hashing", ConsistentHashingOptions),
+    UnitStrategyName.EXTERNAL: ("external", ExternalOptions),
+    UnitStrategyName.CUSTOM: ("custom", CustomStrategy),
+}
+
+
+class UnitStrategy(ApiModel):
+    """The placement algorithm and its options; set only the options block of the chosen name."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "self.name != 'External' || has(self.external)",
+                "strategy External needs strategy.external.pins (unit → pod name)",
+                reason="FieldValueRequired",
+            ),
+            cel(
+                "self.name != 'Custom' || has(self.custom)",
+                "strategy Custom needs strategy.custom.entryPoint",
+                reason="FieldValueRequired",
+            ),
+            *strategy_option_rules(
+                {name: to_camel(field) for name, (field, _) in _OPTIONS.items()},
+                also_allowed={
+                    name: "self.name == 'External' && has(self.external) && "
+                    f"self.external.fallback == '{name}'"
+                    for name in FallbackStrategyName
+                },
+            ),
+        )
+    )
+
+    name: UnitStrategyName = Field(
+        UnitStrategyName.BALANCED,
+        description="Balanced (default), LeastShards, ConsistentHashing, External or Custom.",
+    )
+    balanced: BalancedOptions | None = Field(None, description="Options of Balanced.")
+    least_shards: LeastShardsOptions | None = Field(None, description="Options of LeastShards.")
+    consistent_hashing: ConsistentHashingOptions | None = Field(
+        None, description="Options of ConsistentHashing."
+    )
+    external: ExternalOptions | None = Field(None, description="Options of External.")
+    custom: CustomStrategy | None = Field(None, description="Options of Custom.")
+
+    def options(self, name: UnitStrategyName | None = None) -> Any:
+        """Options of strategy `name` (default: the chosen one), with defaults when unset.
+
+        External and Custom have no defaults; the API server guarantees them when chosen.
+        """
+        field, model = _OPTIONS[UnitStrategyName(name or self.name)]
+        value = getattr(self, field)
+        if value is None and model not in (ExternalOptions, CustomStrategy):
+            return model()
+        return value
+
+
+IMBALANCE_TOLERANCES = {"Tight": 0.025, "Default": 0.10, "Loose": 0.40}
+_TOLERANCE_RE = r"^(Tight|Default|Loose|(100|[1-9]?[0-9])(\.[0-9]+)?%)$"
+
+
+def _check_tolerance(value: str) -> str:
+    if not re.fullmatch(_TOLERANCE_RE, value):
+        raise ValueError(f"{value!r} is not Tight, Default, Loose or a percentage like '5%'")
+    return value
+
+
+ImbalanceTolerance = Annotated[
+    str,
+    AfterValidator(_check_tolerance),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "maxLength": 16,
+            "x-kubernetes-validations": [
+                cel(
+                    f"self.matches(r'{_TOLERANCE_RE}')",
+                    "must be Tight, Default, Loose or a percentage like '5%'",
+                )
+            ],
+        }
+    ),
+]
+
+
+class RebalancePolicy(ApiModel):
+    """When and how much the operator moves units between live members."""
+
+    interval: Duration = Field(
+        "10s",
+        description="Time between rebalance rounds (Akka's rebalance-interval).",
+        json_schema_extra=min_duration("rebalance.interval", "1s"),
+    )
+    max_moves_per_round: IntOrPercent = Field(
+        "25%",
+        description="Units moved in one round at most: a count, or a percentage of all units "
+        "(rounded up). 0 stops rebalancing; units of pods that are gone always move at once.",
+    )
+    imbalance_tolerance: ImbalanceTolerance = Field(
+        "Default",
+        description="How far the most loaded member may exceed the best achievable before a "
+        "round moves units: Tight (2.5%), Default (10%), Loose (40%) or a percentage like '5%'.",
+    )
+    pause_during_rollout: bool = Field(
+        True,
+        description="Hold rebalancing while the workload rolls out a new revision (units of "
+        "pods that are gone still move).",
+    )
+    handoff_timeout: Duration = Field(
+        "60s",
+        description="How long a releasing member has to acknowledge a hand-off before the unit "
+        "is reassigned anyway (Akka's handoff-timeout).",
+        json_schema_extra=min_duration("rebalance.handoffTimeout", "1s"),
+    )
+
+    def tolerance(self) -> float:
+        """The imbalance tolerance as a fraction (0.1 for Default)."""
+        value = self.imbalance_tolerance
+        return IMBALANCE_TOLERANCES.get(value) or float(value.rstrip("%")) / 100
+
+
+def unit_set_rules(count_field: str) -> dict[str, Any]:
+    """Spec-level CEL rules of a unit set whose unit count is `count_field`."""
+    return validations(
+        cel(
+            "has(self.selector) || has(self.workloadRef)",
+            "spec.selector or spec.workloadRef is required: apportion needs to know which "
+            "pods are the workers",
+            reason="FieldValueRequired",
+        ),
+        cel(
+            f"!has(self.strategy.external) || "
+            f"self.strategy.external.pins.all(p, p.unit < self.{count_field})",
+            f"every pinned unit must be below spec.{count_field} (units are numbered 0 to "
+            f"{count_field} - 1)",
+            field_path=".strategy.external.pins",
+        ),
+    )
+
+
+class UnitSetSpec(ApiModel):
+    """Fields common to PartitionSet and ShardSet specs."""
+
+    selector: LabelSelector | None = Field(
+        None,
+        description="Labels of the worker pods. Required unless workloadRef is set; with both, "
+        "members are the workload's pods that also match this selector.",
+    )
+    workload_ref: WorkloadRef | None = Field(
+        None,
+        description="The Deployment or StatefulSet running the workers: its selector finds "
+        "members, and its rollouts pause rebalancing.",
+    )
+    strategy: UnitStrategy = defaulted(UnitStrategy, "How units are assigned to members.")
+    metrics: MetricsSpec = defaulted(MetricsSpec, "Where load figures come from.")
+    rebalance: RebalancePolicy = defaulted(
+        RebalancePolicy, "When and how much units move between live members."
+    )
+    topology_spread: TopologySpread | None = Field(
+        None, description="Spread units evenly across a topology domain of the pods."
+    )
+
+    @property
+    def units(self) -> int:
+        """How many units the set has (partitions or shards)."""
+        raise NotImplementedError
+
+
+class MetricsSource(StrEnum):
+    """What the latest placement was computed from."""
+
+    COUNTS = "Counts"
+    POD_METRICS = "PodMetrics"
+    WORKER_LOAD = "WorkerLoad"
+    POD_METRICS_AND_WORKER_LOAD = "PodMetricsAndWorkerLoad"
+
+
+class MemberUnits(ApiModel):
+    """How much one member holds."""
+
+    member: ObjectName = Field(description="Worker pod name.")
+    units: int = Field(ge=0, le=MAX_UNITS, description="Units the member owns.")
+    load: Decimal | None = Field(None, description="Smoothed load of those units, if measured.")
+
+
+class UnitSetStatus(ApiModel):
+    """What the operator observed and published for a PartitionSet or ShardSet."""
+
+    observed_generation: int | None = Field(
+        None, ge=0, description="The metadata.generation this status reflects."
+    )
+    epoch: int | None = Field(
+        None,
+        ge=0,
+        description="Epoch of the published assignment; grows with every change, never goes back.",
+    )
+    members: int | None = Field(None, ge=0, description="Worker pods selected.")
+    ready_members: int | None = Field(
+        None, ge=0, description="Selected worker pods that are Ready and own units."
+    )
+    assigned_units: int | None = Field(
+        None, ge=0, description="Units that have an owner in the published assignment."
+    )
+    assignment_config_map: ObjectName | None = Field(
+        None, description="ConfigMap holding the assignment (owned by this resource)."
+    )
+    imbalance: Decimal | None = Field(
+        None,
+        description="Most loaded member's load over the mean (unit counts without metrics); 1.00 "
+        "is perfect.",
+    )
+    moves_in_progress: int | None = Field(
+        None, ge=0, description="Units being handed off between members."
+    )
+    last_rebalance_time: datetime | None = Field(
+        None, description="When units last moved between live members."
+    )
+    metrics_source: MetricsSource | None = Field(
+        None, description="Load figures the last plan used: Counts when no metrics were found."
+    )
+    member_units: list[MemberUnits] = Field(
+        default_factory=list,
+        max_length=MAX_MEMBER_ROWS,
+        json_schema_extra=list_map("member"),
+        description=f"Units per member, most loaded first; at most {MAX_MEMBER_ROWS} rows (see "
+        "`members` for the total).",
+    )
+    conditions: Conditions
+
+
+def unit_set_crd(plural: str, short_names: tuple[str, ...], count_field: str) -> CrdInfo:
+    """CRD metadata of a unit set: columns answer "is it healthy and balanced?" at a glance."""
+    return CrdInfo(
+        plural=plural,
+        short_names=short_names,
+        printer_columns=(
+            condition_column("Ready"),
+            condition_column("Balanced"),
+            PrinterColumn("Members", ".status.members", "integer", "Worker pods selected."),
+            PrinterColumn("Units", f".spec.{count_field}", "integer", f"Number of {count_field}."),
+            PrinterColumn("Imbalance", ".status.imbalance", "string", "Max over mean load."),
+            PrinterColumn("Moves", ".status.movesInProgress", "integer", "Hand-offs under way."),
+            PrinterColumn("Epoch", ".status.epoch", "integer", "Assignment epoch."),
+            AGE_COLUMN,
+            PrinterColumn("Strategy", ".spec.strategy.name", priority=1),
+            PrinterColumn("ConfigMap", ".status.assignmentConfigMap", priority=1),
+            condition_column("Ready", "reason", name="Reason", priority=1),
+        ),
+    )
