@@ -1,0 +1,404 @@
+"""Load-aware strategies: ActivationCountBased (power of k choices) and ResourceOptimized.
+Both exclude overloaded members and members that have not reported statistics yet."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from .base import CandidateView, GrainStrategy
+from .basic import positive_int
+from .context import PlacementContext
+from .errors import GrainSpecError, NoCompatibleMember
+from .explain import Trace
+from .filters import GrainFilter
+from .table import MemberStats, PlacementTable
+
+
+def _eligible_or_fallback(
+    strategy: GrainStrategy,
+    view: CandidateView,
+    eligible: Sequence[int],
+    without_stats: Sequence[int],
+    grain_id: str,
+    trace: Trace | None,
+) -> Sequence[int] | str:
+    """Shared exclusion rule: overloaded members never, members without statistics only when
+    no member with statistics is left (Orleans places on one of those at random)."""
+    table = view.table
+    if trace is not None:
+        for i in view.indices:
+            if table.overloaded[i]:
+                trace.exclude(table.names[i], "overloaded")
+            elif not table.has_stats[i]:
+                trace.exclude(table.names[i], "no statistics yet")
+    if eligible:
+        return eligible
+    if without_stats:
+        names = [table.names[i] for i in without_stats]
+        if trace is not None:
+            trace.note("no member with statistics is eligible: random among those without")
+        return strategy.random_name(names)
+    raise NoCompatibleMember(
+        f"cannot place {grain_id!r}: all {len(view.indices)} candidates are overloaded"
+    )
+
+
+@dataclass(slots=True)
+class _CountView:
+    eligible: list[int]
+    without_stats: list[int]
+    scratch: list[int]
+    table_has_stats: bool
+
+
+class ActivationCountBasedPlacement(GrainStrategy):
+    """Power of k choices (Mitzenmacher, "The Power of Two Choices in Randomized Load
+    Balancing", 1996), as Orleans' ActivationCountPlacementDirector: sample `choose_out_of`
+    eligible members, take the one with the lowest estimated count.
+
+    The estimate is the published count plus this director's optimistic increments since the
+    table arrived. Each pick adds the number of members reporting statistics, not 1: every
+    member places at a similar rate, so one local pick stands for that many cluster-wide
+    (Orleans' trick against herding on stale counts). A fresh table resets the increments.
+    """
+
+    name = "ActivationCountBased"
+
+    def __init__(
+        self,
+        choose_out_of: int = 2,
+        *,
+        filters: Sequence[GrainFilter] = (),
+        rng: random.Random | None = None,
+    ) -> None:
+        if choose_out_of < 1:
+            raise GrainSpecError(f"chooseOutOf must be >= 1, got {choose_out_of}")
+        super().__init__(filters=filters, rng=rng)
+        self.choose_out_of = choose_out_of
+        self._increments: list[int] = []
+        self._step = 1
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Mapping[str, Any],
+        *,
+        filters: Sequence[GrainFilter] = (),
+        rng: random.Random | None = None,
+    ) -> Self:
+        return cls(positive_int(spec, "chooseOutOf", 2) or 2, filters=filters, rng=rng)
+
+    def describe(self) -> str:
+        return f"{self.name}(chooseOutOf={self.choose_out_of})"
+
+    def update(self, table: PlacementTable) -> None:
+        super().update(table)
+        self._increments = [0] * len(table)
+        self._step = max(1, sum(table.has_stats))
+
+    def estimated_count(self, index: int) -> int:
+        """Published count plus optimistic increments of the member at table `index`."""
+        return self._table.activation_counts[index] + self._increments[index]
+
+    def prepare(self, view: CandidateView) -> None:
+        table = view.table
+        eligible = [i for i in view.indices if table.has_stats[i] and not table.overloaded[i]]
+        view.data = _CountView(
+            eligible=eligible,
+            without_stats=[i for i in view.indices if not table.has_stats[i]],
+            scratch=list(range(len(eligible))),
+            table_has_stats=any(table.has_stats),
+        )
+
+    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+        return not view.table.overloaded[view.indices[position]]
+
+    def choose(
+        self, view: CandidateView, grain_id: str, ctx: PlacementContext, trace: Trace | None
+    ) -> str:
+        data: _CountView = view.data
+        if not data.table_has_stats and view.local_position is not None:
+            if trace is not None:
+                trace.note("no statistics published yet: local member")
+            return view.names[view.local_position]
+        eligible = data.eligible
+        m = len(eligible)
+        if m < 2 or trace is not None or self.choose_out_of != 2:
+            return self._choose_general(view, data, grain_id, trace)
+        # Hot path, k = 2: two distinct positions without building a sample.
+        counts = view.table.activation_counts
+        increments = self._increments
+        a = int(self._random() * m)
+        b = int(self._random() * (m - 1))
+        if b >= a:
+            b += 1
+        first = eligible[a]
+        second = eligible[b]
+        best = (
+            second
+            if counts[second] + increments[second] < counts[first] + increments[first]
+            else first
+        )
+        increments[best] += self._step
+        return view.table.names[best]
+
+    def _choose_general(
+        self, view: CandidateView, data: _CountView, grain_id: str, trace: Trace | None
+    ) -> str:
+        eligible = _eligible_or_fallback(
+            self, view, data.eligible, data.without_stats, grain_id, trace
+        )
+        if isinstance(eligible, str):
+            return eligible
+        m = len(eligible)
+        k = min(self.choose_out_of, m)
+        scratch = data.scratch
+        best = -1
+        best_load = 0
+        for a in range(k):
+            j = a + int(self._random() * (m - a))
+            scratch[a], scratch[j] = scratch[j], scratch[a]
+            index = eligible[scratch[a]]
+            load = self.estimated_count(index)
+            if best < 0 or load < best_load:
+                best, best_load = index, load
+        if trace is None:
+            self._increments[best] += self._step
+            return view.table.names[best]
+        sampled = {eligible[p] for p in scratch[:k]}
+        for index in eligible:
+            trace.consider(
+                view.table.names[index],
+                float(self.estimated_count(index)),
+                published=float(view.table.activation_counts[index]),
+                optimistic=float(self._increments[index]),
+                sampled=float(index in sampled),
+            )
+        trace.note(f"lowest estimated count of {k} sampled out of {m} eligible")
+        return view.table.names[best]
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceWeights:
+    """Relative weights, integers 0..100 (Orleans ResourceOptimizedPlacementOptions)."""
+
+    cpu_usage: int = 40
+    memory_usage: int = 20
+    available_memory: int = 20
+    max_available_memory: int = 5
+    activation_count: int = 15
+
+    _SPEC_KEYS = (
+        ("cpuUsage", "cpu_usage"),
+        ("memoryUsage", "memory_usage"),
+        ("availableMemory", "available_memory"),
+        ("maxAvailableMemory", "max_available_memory"),
+        ("activationCount", "activation_count"),
+    )
+
+    def __post_init__(self) -> None:
+        for _, attr in self._SPEC_KEYS:
+            value = getattr(self, attr)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 100:
+                raise GrainSpecError(f"weight {attr} must be an integer in 0..100, got {value!r}")
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> ResourceWeights:
+        unknown = set(spec) - {key for key, _ in cls._SPEC_KEYS}
+        if unknown:
+            raise GrainSpecError(f"unknown weights {sorted(unknown)}")
+        defaults = cls()
+        return cls(**{attr: spec.get(key, getattr(defaults, attr)) for key, attr in cls._SPEC_KEYS})
+
+    def normalized(self) -> tuple[float, float, float, float, float]:
+        values = (
+            self.cpu_usage,
+            self.memory_usage,
+            self.available_memory,
+            self.max_available_memory,
+            self.activation_count,
+        )
+        total = sum(values)
+        return tuple(v / total if total else 0.0 for v in values)  # type: ignore[return-value]
+
+
+def _unit(value: float) -> float:
+    return 0.0 if value < 0.0 else 1.0 if value > 1.0 else value
+
+
+def resource_terms(
+    stats: MemberStats, max_max_available_memory: int, max_activation_count: int
+) -> tuple[float, float, float, float, float]:
+    """The five normalised terms of Orleans' ResourceOptimized score, each in 0..1, higher =
+    busier: cpu, memory usage, 1 - available/max, 1 - max/largest max, count/largest count."""
+    cpu = _unit(stats.cpu_usage / 100.0)
+    if stats.max_available_memory > 0:
+        memory = _unit(stats.memory_usage / 100.0)
+        available = 1.0 - _unit(stats.available_memory / stats.max_available_memory)
+        max_available = 1.0 - _unit(stats.max_available_memory / max_max_available_memory)
+    else:
+        memory = available = max_available = 0.0
+    count = stats.activation_count / max_activation_count if max_activation_count else 0.0
+    return cpu, memory, available, max_available, count
+
+
+_TERM_NAMES = (
+    "cpuUsage",
+    "memoryUsage",
+    "availableMemory",
+    "maxAvailableMemory",
+    "activationCount",
+)
+
+
+@dataclass(slots=True)
+class _ResourceView:
+    relevant: list[int]
+    scores: list[float]
+    terms: list[tuple[float, float, float, float, float]]
+    scratch: list[int]
+    sample_size: int
+    without_stats: list[int]
+    local_score: float | None
+    any_stats: bool
+
+
+class ResourceOptimizedPlacement(GrainStrategy):
+    """Orleans' ResourceOptimizedPlacementDirector (default since Orleans 9.2; Behluli,
+    "Resource-based placement with cooperative dual-mode Kalman filtering", 2024).
+
+    Scores each eligible member by its weighted normalised terms (`resource_terms`) and samples
+    K = ceil(sqrt(n)) of them by partial Fisher-Yates; the lowest score plus a jitter below 1e-5
+    wins. The local member is kept when `local_score - margin <= best_score`, where the margin
+    is `localSiloPreferenceMargin / 100` because scores lie in 0..1: 0 always takes the least
+    loaded, 100 always stays local. No statistics yet: random.
+    """
+
+    name = "ResourceOptimized"
+
+    def __init__(
+        self,
+        weights: ResourceWeights | None = None,
+        local_preference_margin: int = 5,
+        *,
+        filters: Sequence[GrainFilter] = (),
+        rng: random.Random | None = None,
+    ) -> None:
+        if not 0 <= local_preference_margin <= 100:
+            raise GrainSpecError(
+                f"localSiloPreferenceMargin must be in 0..100, got {local_preference_margin}"
+            )
+        super().__init__(filters=filters, rng=rng)
+        self.weights = weights if weights is not None else ResourceWeights()
+        self.local_preference_margin = local_preference_margin
+        self._weights = self.weights.normalized()
+        self._margin = local_preference_margin / 100.0
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Mapping[str, Any],
+        *,
+        filters: Sequence[GrainFilter] = (),
+        rng: random.Random | None = None,
+    ) -> Self:
+        weights = spec.get("weights") or {}
+        if not isinstance(weights, Mapping):
+            raise GrainSpecError("weights must be an object")
+        margin = spec.get("localSiloPreferenceMargin", 5)
+        if isinstance(margin, bool) or not isinstance(margin, int):
+            raise GrainSpecError(f"localSiloPreferenceMargin must be an integer, got {margin!r}")
+        return cls(ResourceWeights.from_spec(weights), margin, filters=filters, rng=rng)
+
+    def describe(self) -> str:
+        w = self.weights
+        return (
+            f"{self.name}(cpu={w.cpu_usage}, memory={w.memory_usage},"
+            f" availableMemory={w.available_memory}, maxAvailableMemory={w.max_available_memory},"
+            f" activationCount={w.activation_count}, margin={self.local_preference_margin})"
+        )
+
+    def prepare(self, view: CandidateView) -> None:
+        table = view.table
+        members = table.members
+        stats = {i: s for i in view.indices if (s := members[i].stats) is not None}
+        max_memory = max((s.max_available_memory for s in stats.values()), default=0)
+        max_count = max((s.activation_count for s in stats.values()), default=0)
+        relevant = [i for i in stats if not table.overloaded[i]]
+        terms = [resource_terms(stats[i], max_memory, max_count) for i in relevant]
+        w = self._weights
+        scores = [sum(wt * t for wt, t in zip(w, term, strict=True)) for term in terms]
+        local_score = None
+        if view.local_position is not None:
+            local = view.indices[view.local_position]
+            if local in relevant:
+                local_score = scores[relevant.index(local)]
+        view.data = _ResourceView(
+            relevant=relevant,
+            scores=scores,
+            terms=terms,
+            scratch=list(range(len(relevant))),
+            sample_size=math.ceil(math.sqrt(len(relevant))),
+            without_stats=[i for i in view.indices if not table.has_stats[i]],
+            local_score=local_score,
+            any_stats=bool(stats),
+        )
+
+    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+        return not view.table.overloaded[view.indices[position]]
+
+    def choose(
+        self, view: CandidateView, grain_id: str, ctx: PlacementContext, trace: Trace | None
+    ) -> str:
+        data: _ResourceView = view.data
+        names = view.names
+        if len(names) == 1:
+            if trace is not None:
+                trace.note("single candidate")
+            return names[0]
+        if not data.any_stats:
+            if trace is not None:
+                trace.note("no statistics yet: random")
+            return self.random_name(names)
+        relevant = _eligible_or_fallback(
+            self, view, data.relevant, data.without_stats, grain_id, trace
+        )
+        if isinstance(relevant, str):
+            return relevant
+        m = len(relevant)
+        scores = data.scores
+        scratch = data.scratch
+        rnd = self._random
+        best = -1
+        best_score = math.inf
+        for a in range(data.sample_size):
+            j = a + int(rnd() * (m - a))
+            scratch[a], scratch[j] = scratch[j], scratch[a]
+            p = scratch[a]
+            score = scores[p]
+            if score + rnd() * 1e-5 < best_score:
+                best, best_score = p, score
+        if trace is not None:
+            sampled = set(scratch[: data.sample_size])
+            for p, index in enumerate(relevant):
+                trace.consider(
+                    view.table.names[index],
+                    scores[p],
+                    sampled=float(p in sampled),
+                    **dict(zip(_TERM_NAMES, data.terms[p], strict=True)),
+                )
+        local_score = data.local_score
+        if local_score is not None and local_score - self._margin <= best_score:
+            if trace is not None:
+                trace.note(
+                    f"local kept: {local_score:.4f} - margin {self._margin:.2f}"
+                    f" <= best {best_score:.4f}"
+                )
+            return names[view.local_position]  # type: ignore[index]
+        if trace is not None:
+            trace.note(f"lowest score of {data.sample_size} sampled out of {m} eligible")
+        return view.table.names[relevant[best]]
