@@ -1,0 +1,58 @@
+"""Unit allocation: which member owns each unit (partition, shard), and which units move.
+
+Strategies are pure: ``make_strategy(spec).plan(request) -> Plan``. Built in: ``Balanced``
+(default: best balance in one plan with the fewest moves), ``LeastShards`` (Akka),
+``ConsistentHashing`` (Akka; Dapr with 100 virtual nodes), ``External`` (pins + fallback);
+custom ones come from the ``apportion.allocation_strategies`` entry-point group.
+"""
+
+from apportion.engine.allocation.balanced import TOLERANCES, Balanced, BalancedOptions
+from apportion.engine.allocation.consistent_hashing import (
+    ConsistentHashing,
+    ConsistentHashingOptions,
+    Ring,
+)
+from apportion.engine.allocation.external import External
+from apportion.engine.allocation.least_shards import LeastShards, LeastShardsOptions
+from apportion.engine.allocation.model import (
+    AllocationError,
+    AllocationRequest,
+    AllocationStrategy,
+    HotUnit,
+    Member,
+    Move,
+    Plan,
+    PlanMetrics,
+)
+from apportion.engine.allocation.registry import (
+    BUILTIN,
+    DEFAULT_STRATEGY,
+    ENTRY_POINT_GROUP,
+    make_strategy,
+    strategy_names,
+)
+
+__all__ = [
+    "BUILTIN",
+    "DEFAULT_STRATEGY",
+    "ENTRY_POINT_GROUP",
+    "TOLERANCES",
+    "AllocationError",
+    "AllocationRequest",
+    "AllocationStrategy",
+    "Balanced",
+    "BalancedOptions",
+    "ConsistentHashing",
+    "ConsistentHashingOptions",
+    "External",
+    "HotUnit",
+    "LeastShards",
+    "LeastShardsOptions",
+    "Member",
+    "Move",
+    "Plan",
+    "PlanMetrics",
+    "Ring",
+    "make_strategy",
+    "strategy_names",
+]

@@ -1,0 +1,230 @@
+"""Balanced, apportion's default: the best balance in one plan with the fewest moves.
+
+Without loads: every member's unit count reaches its Hamilton quota (equal counts ±1, or in
+proportion to capacity), moving only the units of members that are gone, not ready or draining
+plus each member's surplus over its quota — exactly the lower bound. With loads: see
+:mod:`apportion.engine.allocation.balanced_loads`.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
+from apportion.engine.allocation.options import Options
+from apportion.engine.allocation.state import (
+    Origin,
+    PlanBuilder,
+    State,
+    count_lower_bound,
+    count_ratio,
+    hamilton_quotas,
+    index_request,
+    target_members,
+)
+
+TOLERANCES: Mapping[str, float] = {"Tight": 0.025, "Default": 0.10, "Loose": 0.40}
+"""Dicer's imbalance tolerance presets."""
+
+
+@dataclass(frozen=True, slots=True)
+class BalancedOptions:
+    """``tolerance``: no rebalancing while every member's load is within this fraction of the
+    mean; ``hysteresis``: when acting, aim at ``tolerance x hysteresis`` so that measurement
+    noise does not bring the next plan straight back; ``max_moves`` / ``max_moved_load_percent``:
+    churn budget per plan for optional moves (units of gone, not-ready or draining members move
+    regardless); ``topology_key`` + ``max_skew``: unit counts per domain (e.g. zone) differ by at
+    most ``max_skew``."""
+
+    tolerance: float = TOLERANCES["Default"]
+    hysteresis: float = 0.2
+    max_moves: int | None = None
+    max_moved_load_percent: float | None = None
+    topology_key: str | None = None
+    max_skew: int = 1
+
+    @property
+    def aim(self) -> float:
+        return self.tolerance * self.hysteresis
+
+
+def _tolerance(options: Options) -> float:
+    value = options.raw("tolerance")
+    if value is None:
+        return TOLERANCES["Default"]
+    if isinstance(value, str):
+        if value in TOLERANCES:
+            return TOLERANCES[value]
+        if value.endswith("%"):
+            try:
+                percent = float(value[:-1])
+            except ValueError:
+                percent = -1.0
+            if 0 <= percent <= 100:
+                return percent / 100
+    elif isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value <= 1:
+        return float(value)
+    names = ", ".join(TOLERANCES)
+    raise options.error(f"tolerance must be one of {names}, a fraction 0..1 or 'N%', got {value!r}")
+
+
+class Balanced:
+    """Balanced allocation (see module docstring)."""
+
+    name = "Balanced"
+
+    def __init__(self, options: BalancedOptions | None = None) -> None:
+        self.options = options or BalancedOptions()
+
+    @classmethod
+    def from_options(cls, spec: Mapping[str, Any]) -> Balanced:
+        o = Options(cls.name, spec)
+        options = BalancedOptions(
+            tolerance=_tolerance(o),
+            hysteresis=o.number("hysteresis", 0.2, 0.0, 1.0) or 0.0,
+            max_moves=o.integer("maxMoves", None),
+            max_moved_load_percent=o.number("maxMovedLoadPercent", None, 0.0, 100.0),
+            topology_key=o.text("topologyKey", None),
+            max_skew=o.integer("maxSkew", 1, minimum=1) or 1,
+        )
+        o.done()
+        return cls(options)
+
+    def plan(self, request: AllocationRequest) -> Plan:
+        state = index_request(request)
+        if request.loads is not None:
+            from apportion.engine.allocation.balanced_loads import plan_loads
+
+            return plan_loads(state, self.options)
+        return plan_counts(state, self.options)
+
+
+def domains_of(state: State, targets: Sequence[int], key: str | None) -> list[str] | None:
+    """Each target's topology domain (label value, "" when unlabelled), or None without a key."""
+    if key is None:
+        return None
+    return [state.members[i].labels.get(key, "") for i in targets]
+
+
+def spread_quotas(
+    total: int,
+    capacities: Sequence[float],
+    current: Sequence[int],
+    domains: Sequence[str] | None,
+    max_skew: int,
+) -> list[int]:
+    """Hamilton quotas, then, if domain totals differ by more than ``max_skew``, domain totals
+    pulled together (largest to smallest) and re-apportioned within each domain."""
+    quotas = hamilton_quotas(total, capacities, current)
+    if domains is None:
+        return quotas
+    names = list(dict.fromkeys(domains))
+    members_of = {d: [k for k, dk in enumerate(domains) if dk == d] for d in names}
+    totals = {d: sum(quotas[k] for k in members_of[d]) for d in names}
+    if len(names) < 2 or max(totals.values()) - min(totals.values()) <= max_skew:
+        return quotas
+    while True:
+        high = max(names, key=lambda d: totals[d])
+        low = min(names, key=lambda d: totals[d])
+        gap = totals[high] - totals[low]
+        if gap <= max_skew:
+            break
+        step = max(1, (gap - max_skew) // 2)
+        totals[high] -= step
+        totals[low] += step
+    for d in names:
+        ks = members_of[d]
+        part = hamilton_quotas(totals[d], [capacities[k] for k in ks], [current[k] for k in ks])
+        for k, q in zip(ks, part, strict=True):
+            quotas[k] = q
+    return quotas
+
+
+def plan_counts(state: State, options: BalancedOptions) -> Plan:
+    """Counts to their quotas with the fewest moves (module docstring)."""
+    members = state.members
+    builder = PlanBuilder(state)
+    reasons: list[str] = []
+    targets, why = target_members(state)
+    if why:
+        reasons.append(why)
+    if state.dropped:
+        reasons.append(f"{state.dropped} assigned unit(s) not in units: dropped")
+    current = [state.count(i) for i in targets]
+    quotas = spread_quotas(
+        state.total,
+        [members[i].capacity for i in targets],
+        current,
+        domains_of(state, targets, options.topology_key),
+        options.max_skew,
+    )
+
+    pool: list[tuple[str, Origin]] = list(state.homeless)
+    is_target = [False] * len(members)
+    for i in targets:
+        is_target[i] = True
+    for i, held in enumerate(state.held):
+        if not is_target[i] and held:
+            pool.extend((u, i) for u in held if u not in state.in_progress)
+    kept = list(current)
+    for k, i in enumerate(targets):
+        surplus = current[k] - quotas[k]
+        if surplus > 0:
+            # The most recently placed units go first: they have settled the least.
+            shed = [u for u in reversed(state.held[i]) if u not in state.in_progress][:surplus]
+            pool.extend((u, i) for u in shed)
+            kept[k] -= len(shed)
+
+    if targets:
+        _fill(builder, pool, targets, quotas, kept)
+    counts = builder.counts()
+    before = [state.count(i) for i in range(len(members))]
+    pinned = any(kept[k] > quotas[k] for k in range(len(targets)))
+    if pinned:
+        reasons.append("units in hand-off held above their member's quota")
+    metrics = PlanMetrics(
+        units=state.total,
+        members=len(targets),
+        moves=builder.moves,
+        lower_bound=count_lower_bound(state, targets, quotas),
+        max_mean_before=count_ratio(before, state, targets),
+        max_mean_after=count_ratio(counts, state, targets),
+        rounds=1 if builder.moves else 0,
+        converged=not pinned,
+        reasons=tuple(reasons),
+    )
+    return builder.build(metrics)
+
+
+def _fill(
+    builder: PlanBuilder,
+    pool: list[tuple[str, Origin]],
+    targets: Sequence[int],
+    quotas: Sequence[int],
+    kept: Sequence[int],
+) -> None:
+    """Fills each target up to its quota from ``pool``; any rest (held-back hand-offs pushed a
+    member over quota) goes to the lowest count / capacity, by a heap."""
+    members = builder.state.members
+    deficits = [(i, quotas[k] - kept[k]) for k, i in enumerate(targets) if quotas[k] > kept[k]]
+    units = iter(pool)
+    for i, deficit in deficits:
+        for _ in range(deficit):
+            item = next(units, None)
+            if item is None:
+                return
+            builder.move(item[0], item[1], i)
+    rest = list(units)
+    if not rest:
+        return
+    counts = builder.counts()
+    heap = [((counts[i] + 1) / members[i].capacity, i) for i in targets]
+    heapq.heapify(heap)
+    for unit, origin in rest:
+        _, i = heapq.heappop(heap)
+        builder.move(unit, origin, i)
+        counts[i] += 1
+        heapq.heappush(heap, ((counts[i] + 1) / members[i].capacity, i))
