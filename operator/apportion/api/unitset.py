@@ -52,7 +52,8 @@ class KeyScheme(StrEnum):
     AKKA = "akka"
     """abs(Java String.hashCode(key) mod units) (Akka/Pekko Cluster Sharding)."""
     APPORTION = "apportion"
-    """xxHash64 of the UTF-8 bytes mod units; better spread than either for non-random keys."""
+    """xxh3-64 of the UTF-8 bytes reduced by multiply-shift (unit u owns a contiguous hash range,
+    so doubling the count splits each unit in two); a `!n` suffix pins as in netherite."""
 
 
 class UnitStrategyName(StrEnum):

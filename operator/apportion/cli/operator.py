@@ -54,6 +54,8 @@ def run(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for noisy in ("httpx", "httpx2"):  # one INFO line per API request
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     asyncio.run(_operate(args))
     return 0
 
