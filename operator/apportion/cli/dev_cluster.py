@@ -1,10 +1,124 @@
-"""`apportion dev-cluster`: not built yet."""
+"""`apportion dev-cluster`: a real Kubernetes control plane on loopback, built from Go modules.
+
+build       build etcd, kube-apiserver, kube-controller-manager and kubectl (once per version)
+start       start a cluster that keeps running after the command returns
+stop        stop it and delete its state
+status      show whether it runs and where its kubeconfig is
+kubeconfig  print the kubeconfig path (`export KUBECONFIG=$(apportion dev-cluster kubeconfig)`)
+run -- CMD  start a private cluster, run CMD against it, stop it, exit with CMD's status
+"""
 
 from __future__ import annotations
 
 import argparse
+import sys
+import time
+from pathlib import Path
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("dev-cluster", help="(not built yet)")
-    parser.set_defaults(func=lambda args: parser.error("not built yet"))
+    parser = subparsers.add_parser(
+        "dev-cluster",
+        help="local kube-apiserver + controller-manager + etcd + pod simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("build", help="build the control-plane binaries if they are not cached")
+    state_dir_help = (
+        "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
+        "dev-cluster)"
+    )
+    for name, help_text in (
+        ("start", "start a cluster in the background"),
+        ("stop", "stop the cluster and remove its state"),
+        ("status", "show the cluster's processes"),
+        ("kubeconfig", "print the kubeconfig path"),
+    ):
+        action = actions.add_parser(name, help=help_text)
+        action.add_argument("--state-dir", type=Path, default=None, help=state_dir_help)
+        if name == "start":
+            action.add_argument(
+                "--no-pod-simulator",
+                dest="pod_simulator",
+                action="store_false",
+                help="leave Pods Pending (no simulated nodes)",
+            )
+    run_parser = actions.add_parser("run", help="start a private cluster, run CMD, stop")
+    run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from apportion.devcluster import DevCluster, DevClusterError, ensure_built
+    from apportion.devcluster.state import default_state_dir
+
+    try:
+        if args.action == "build":
+            print(ensure_built())
+            return 0
+        if args.action == "run":
+            return _run_command(args.command)
+        state_dir = args.state_dir or default_state_dir()
+        if args.action == "start":
+            return _start(state_dir, args.pod_simulator, args.state_dir is not None)
+        cluster = DevCluster.attach(state_dir)
+        if args.action == "kubeconfig":
+            print(cluster.kubeconfig)
+        elif args.action == "status":
+            for name, alive in cluster.process_status().items():
+                print(f"{name:<24} {'running' if alive else 'NOT RUNNING'}")
+            print(f"{'server':<24} {cluster.server}")
+            print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
+            return 0 if cluster.running() else 1
+        elif args.action == "stop":
+            cluster.stop()
+            print(f"stopped; removed {state_dir}")
+        return 0
+    except DevClusterError as error:
+        print(f"apportion dev-cluster {args.action}: {error}", file=sys.stderr)
+        return 1
+
+
+def _start(state_dir: Path, pod_simulator: bool, explicit_dir: bool) -> int:
+    from apportion.devcluster import DevCluster, DevClusterError
+
+    try:
+        existing = DevCluster.attach(state_dir)
+    except DevClusterError:
+        existing = None
+    if existing is not None and existing.running():
+        print(f"already running: export KUBECONFIG={existing.kubeconfig}")
+        return 0
+    began = time.monotonic()
+    cluster = DevCluster.start(state_dir, pod_simulator=pod_simulator, detach=True)
+    stop = "apportion dev-cluster stop" + (f" --state-dir {state_dir}" if explicit_dir else "")
+    print(
+        f"dev-cluster ready in {time.monotonic() - began:.1f}s at {cluster.server}\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  export PATH={cluster.bin_dir}:$PATH   # the matching kubectl\n"
+        f"  logs: {cluster.state_dir / 'logs'}\n"
+        f"stop it with: {stop}"
+    )
+    return 0
+
+
+def _run_command(command: list[str]) -> int:
+    import signal
+    import subprocess
+
+    from apportion.devcluster import DevCluster
+
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("apportion dev-cluster run: give a command after --", file=sys.stderr)
+        return 2
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the cluster is stopped and removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with DevCluster.start() as cluster:
+        try:
+            return subprocess.run(command, env=cluster.env, check=False).returncode
+        except FileNotFoundError:
+            print(f"apportion dev-cluster run: {command[0]}: command not found", file=sys.stderr)
+            return 127

@@ -174,8 +174,14 @@ def _build(
     )
     total = sum(1 for line in listing if line and not line.startswith("go: "))
     build_date = _run_go(
-        [go, "list", "-m", "-f", "{{.Time.UTC.Format \"2006-01-02T15:04:05Z\"}}",
-         "k8s.io/kubernetes"],
+        [
+            go,
+            "list",
+            "-m",
+            "-f",
+            '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}',
+            "k8s.io/kubernetes",
+        ],
         module,
         progress,
         started,
