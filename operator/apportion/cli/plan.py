@@ -1,10 +1,47 @@
-"""`apportion plan`: not built yet."""
+"""`apportion plan`: plan one allocation round for a snapshot (docs/snapshot.md)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+
+EXIT_BAD_INPUT = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("plan", help="(not built yet)")
-    parser.set_defaults(func=lambda args: parser.error("not built yet"))
+    parser = subparsers.add_parser(
+        "plan",
+        help="plan unit moves for a snapshot of members and assignment",
+        description="Reads a snapshot (strategy, members, assignment, optional loads) and prints "
+        'the plan as JSON: {"moves": [{"unit", "from", "to"}], "assignment": {member: [units]}, '
+        '"metrics": {...}}. Bad snapshots exit with code 2.',
+    )
+    parser.add_argument(
+        "--input", "-i", required=True, metavar="FILE", help="snapshot JSON file, or - for stdin"
+    )
+    parser.add_argument("--compact", action="store_true", help="print JSON on one line")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from apportion.engine.allocation import AllocationError
+    from apportion.engine.snapshot import parse_snapshot, plan_snapshot
+
+    try:
+        if args.input == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.input, encoding="utf-8") as f:
+                text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"apportion plan: cannot read {args.input}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        plan = plan_snapshot(parse_snapshot(text))
+    except AllocationError as exc:
+        print(f"apportion plan: bad snapshot: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    json.dump(plan.to_json(), sys.stdout, indent=None if args.compact else 2, ensure_ascii=False)
+    sys.stdout.write("\n")
+    return 0
