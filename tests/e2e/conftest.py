@@ -1,0 +1,96 @@
+"""End-to-end fixtures: one real control plane (etcd, kube-apiserver, kube-controller-manager and
+the pod simulator, see docs/dev-cluster.md) shared by the whole test session.
+
+Fixtures
+  dev_cluster  (session) a running `apportion.devcluster.DevCluster`. The control-plane binaries
+               are built first when they are not cached (build progress is shown even under
+               capture); a failed build or start is an error, never a skip.
+               Useful members: .kubectl(*args, input=None, check=True) → CompletedProcess[str]
+               (raises KubectlError with kubectl's stderr), .kubeconfig, .server, .token,
+               .env (KUBECONFIG + our kubectl first on PATH, for subprocesses such as the
+               operator), .pod_log_path(namespace, name) (output of process-simulated pods),
+               .log_path("kube-apiserver" | "kube-controller-manager" | "etcd" | "podsim").
+  kubectl      dev_cluster.kubectl.
+  namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
+               bare Pods can be created at once; deleted after the test without waiting.
+  wait_for     wait_for(condition, timeout=60.0, message="...") polls `condition()` every 0.2 s
+               and returns its first truthy value, or fails the test with `message`.
+
+Every test under tests/e2e is marked `e2e` (select or deselect with `-m e2e` / `-m "not e2e"`).
+Pods run on simulated nodes sim-node-0..2 (zones zone-a..c) with loopback IPs; annotate a pod
+`apportion.dev/simulate: process` to run its first container's command as a local process.
+APPORTION_KEEP_STATE=1 keeps the cluster's state directory (logs, pod logs) after the session.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from apportion.devcluster import DevCluster
+from apportion.devcluster.net import http_get
+
+HERE = Path(__file__).parent
+T = TypeVar("T")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if HERE in item.path.parents:
+            item.add_marker(pytest.mark.e2e)
+
+
+@pytest.fixture(scope="session")
+def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    # A first build takes minutes: let its progress reach the terminal.
+    with capture.global_and_fixture_disabled():
+        cluster = DevCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def kubectl(dev_cluster: DevCluster) -> Callable[..., Any]:
+    return dev_cluster.kubectl
+
+
+def _wait_for(
+    condition: Callable[[], T], timeout: float = 60.0, message: str = "condition not met"
+) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"after {timeout:.0f}s: {message}")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    return _wait_for
+
+
+@pytest.fixture
+def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{slug}-{secrets.token_hex(3)}"
+    dev_cluster.kubectl("create", "namespace", name)
+    account = f"{dev_cluster.server}/api/v1/namespaces/{name}/serviceaccounts/default"
+    _wait_for(
+        lambda: http_get(account, token=dev_cluster.token, ca_file=dev_cluster.ca_file)[0] == 200,
+        timeout=30,
+        message=f"no default ServiceAccount in namespace {name}",
+    )
+    yield name
+    dev_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)

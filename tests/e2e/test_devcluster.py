@@ -1,0 +1,280 @@
+"""The dev-cluster itself: a real API server and controller-manager, and pods that behave as on a
+cluster with kubelets (bound, Running/Ready with loopback IPs, graceful deletion, processes)."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import textwrap
+import time
+from typing import Any
+
+from apportion.devcluster import SIMULATE_ANNOTATION, DevCluster
+from apportion.devcluster.paths import module_versions
+
+GRACE = 2
+
+
+def pods(cluster: DevCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout
+    return sorted(json.loads(out)["items"], key=lambda p: p["metadata"]["name"])
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return pod["status"].get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
+
+
+def ready_pods(cluster: DevCluster, namespace: str, selector: str, count: int):
+    """The pods once exactly `count` exist and all are Ready and not terminating."""
+
+    def check() -> list[dict[str, Any]] | None:
+        found = pods(cluster, namespace, selector)
+        live = [p for p in found if not p["metadata"].get("deletionTimestamp")]
+        return found if len(found) == count == len(live) and all(map(is_ready, found)) else None
+
+    return check
+
+
+def assert_simulated(found: list[dict[str, Any]]) -> None:
+    ips = [p["status"]["podIP"] for p in found]
+    assert len(set(ips)) == len(ips), f"pod IPs are not unique: {ips}"
+    for pod, ip in zip(found, ips, strict=True):
+        assert ipaddress.ip_address(ip) in ipaddress.ip_network("127.0.0.0/8")
+        assert pod["spec"]["nodeName"].startswith("sim-node-")
+        assert all(
+            c["ready"] and "running" in c["state"] for c in pod["status"]["containerStatuses"]
+        )
+
+
+def test_api_server_is_ready(dev_cluster: DevCluster) -> None:
+    assert dev_cluster.kubectl("get", "--raw", "/readyz").stdout == "ok"
+    assert dev_cluster.readyz() == "ok"
+
+
+def test_kubectl_and_server_report_the_pinned_version(dev_cluster: DevCluster) -> None:
+    pinned = module_versions().kubernetes
+    assert pinned.startswith("v1.36.")
+    versions = json.loads(dev_cluster.kubectl("version", "-o", "json").stdout)
+    assert versions["clientVersion"]["gitVersion"] == pinned
+    assert versions["serverVersion"]["gitVersion"] == pinned
+    assert versions["serverVersion"]["gitTreeState"] == "clean"
+
+
+def test_simulated_nodes_are_ready_in_three_zones(dev_cluster: DevCluster) -> None:
+    nodes = json.loads(dev_cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    zones = {n["metadata"]["labels"]["topology.kubernetes.io/zone"] for n in nodes}
+    assert zones == {"zone-a", "zone-b", "zone-c"}
+    for node in nodes:
+        ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+        assert ready == "True", node["metadata"]["name"]
+
+
+def test_statefulset_scales_up_and_down(dev_cluster: DevCluster, namespace: str, wait_for) -> None:
+    manifest = f"""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: web, namespace: {namespace}}}
+spec:
+  replicas: 2
+  serviceName: web
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      terminationGracePeriodSeconds: {GRACE}
+      containers: [{{name: main, image: example.invalid/web:1}}]
+"""
+    dev_cluster.kubectl("apply", "-f", "-", input=manifest)
+    two = wait_for(ready_pods(dev_cluster, namespace, "app=web", 2), message="2 web pods Ready")
+    assert [p["metadata"]["name"] for p in two] == ["web-0", "web-1"]
+    assert_simulated(two)
+
+    dev_cluster.kubectl("scale", "statefulset/web", "-n", namespace, "--replicas=3")
+    three = wait_for(ready_pods(dev_cluster, namespace, "app=web", 3), message="3 web pods Ready")
+    assert [p["metadata"]["name"] for p in three] == ["web-0", "web-1", "web-2"]
+    assert_simulated(three)
+    wait_for(
+        lambda: (
+            json.loads(
+                dev_cluster.kubectl("get", "statefulset/web", "-n", namespace, "-o", "json").stdout
+            )["status"].get("readyReplicas")
+            == 3
+        ),
+        message="the StatefulSet reports 3 ready replicas",
+    )
+
+    dev_cluster.kubectl("scale", "statefulset/web", "-n", namespace, "--replicas=2")
+    terminating = wait_for(
+        lambda: [
+            p
+            for p in pods(dev_cluster, namespace, "app=web")
+            if p["metadata"].get("deletionTimestamp")
+        ],
+        message="web-2 is terminating",
+    )
+    began = time.monotonic()
+    assert [p["metadata"]["name"] for p in terminating] == ["web-2"]
+    remaining = wait_for(ready_pods(dev_cluster, namespace, "app=web", 2), message="web-2 is gone")
+    # The simulated container ignores SIGTERM, so the pod lasts its whole grace period.
+    assert time.monotonic() - began >= GRACE - 1
+    assert [p["metadata"]["name"] for p in remaining] == ["web-0", "web-1"]
+    assert [p["status"]["podIP"] for p in remaining] == [p["status"]["podIP"] for p in two]
+
+
+def deployment(namespace: str, name: str, replicas: int = 1) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 1,
+                        "containers": [{"name": "main", "image": f"example.invalid/{name}:1"}],
+                    },
+                },
+            },
+        }
+    )
+
+
+def test_deployment_pods_come_up(dev_cluster: DevCluster, namespace: str, wait_for) -> None:
+    dev_cluster.kubectl("apply", "-f", "-", input=deployment(namespace, "api", replicas=3))
+    dev_cluster.kubectl("rollout", "status", "deployment/api", "-n", namespace, "--timeout=60s")
+    assert_simulated(wait_for(ready_pods(dev_cluster, namespace, "app=api", 3)))
+
+
+PROCESS_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    def on_term(signum, frame):
+        print("got SIGTERM", flush=True)
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    for key in ("POD_NAME", "POD_NAMESPACE", "POD_IP", "ROLE", "GREETING", "KUBECONFIG"):
+        print(f"{key}={os.environ.get(key)}", flush=True)
+    print("argv=" + " ".join(sys.argv[1:]), flush=True)
+    while True:
+        time.sleep(0.1)
+    """
+)
+
+
+def process_pod(namespace: str, name: str, command: list[str], **spec: Any) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": {"app": name, "role": "worker"},
+                "annotations": {SIMULATE_ANNOTATION: "process"},
+            },
+            "spec": {
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "example.invalid/worker:1",
+                        "command": command,
+                        "args": ["--hello", "$(GREETING)"],
+                        "env": [
+                            {
+                                "name": "NAME",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                            },
+                            {
+                                "name": "ROLE",
+                                "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['role']"}},
+                            },
+                            {"name": "GREETING", "value": "hi-$(NAME)"},
+                        ],
+                    }
+                ],
+                **spec,
+            },
+        }
+    )
+
+
+def test_process_pod_runs_its_command_and_gets_sigterm(
+    dev_cluster: DevCluster, namespace: str, wait_for
+) -> None:
+    manifest = process_pod(
+        namespace, "proc", ["python", "-c", PROCESS_SCRIPT], terminationGracePeriodSeconds=30
+    )
+    dev_cluster.kubectl("apply", "-f", "-", input=manifest)
+    (pod,) = wait_for(ready_pods(dev_cluster, namespace, "app=proc", 1), message="proc Ready")
+    log_path = dev_cluster.pod_log_path(namespace, "proc")
+    log = wait_for(
+        lambda: log_path.exists() and "argv=" in log_path.read_text() and log_path.read_text(),
+        message=f"the process writes its environment to {log_path}",
+    )
+    assert "POD_NAME=proc" in log
+    assert f"POD_NAMESPACE={namespace}" in log
+    assert f"POD_IP={pod['status']['podIP']}" in log
+    assert "ROLE=worker" in log
+    assert "GREETING=hi-proc" in log
+    assert f"KUBECONFIG={dev_cluster.kubeconfig}" in log
+    assert "argv=--hello hi-proc" in log
+
+    began = time.monotonic()
+    dev_cluster.kubectl("delete", "pod", "proc", "-n", namespace, "--wait=false")
+    wait_for(lambda: not pods(dev_cluster, namespace, "app=proc"), message="proc is deleted")
+    # Deletion completes when the process exits on SIGTERM, long before the 30 s grace period.
+    assert time.monotonic() - began < 20
+    assert "got SIGTERM" in log_path.read_text()
+
+
+def test_exiting_process_is_restarted(dev_cluster: DevCluster, namespace: str, wait_for) -> None:
+    script = "import sys; print('started', flush=True); sys.exit(3)"
+    dev_cluster.kubectl(
+        "apply", "-f", "-", input=process_pod(namespace, "crash", ["python", "-c", script])
+    )
+
+    def restarted_twice() -> dict[str, Any] | None:
+        found = pods(dev_cluster, namespace, "app=crash")
+        statuses = found[0]["status"].get("containerStatuses") if found else None
+        return statuses[0] if statuses and statuses[0]["restartCount"] >= 2 else None
+
+    status = wait_for(restarted_twice, message="the crashing container restarts twice")
+    assert status["lastState"]["terminated"]["exitCode"] == 3
+    log = dev_cluster.pod_log_path(namespace, "crash").read_text()
+    assert log.count("started") >= 3
+
+
+def test_garbage_collector_deletes_dependents(
+    dev_cluster: DevCluster, namespace: str, wait_for
+) -> None:
+    dev_cluster.kubectl("apply", "-f", "-", input=deployment(namespace, "gc"))
+    wait_for(ready_pods(dev_cluster, namespace, "app=gc", 1), message="gc pod Ready")
+    dev_cluster.kubectl("delete", "deployment", "gc", "-n", namespace, "--wait=false")
+    wait_for(
+        lambda: (
+            not dev_cluster.kubectl(
+                "get", "replicasets,pods", "-n", namespace, "-l", "app=gc", "-o", "name"
+            ).stdout.strip()
+        ),
+        message="the ReplicaSet and Pod owned by the deleted Deployment are collected",
+    )
+
+
+def test_namespace_deletion_removes_its_contents(dev_cluster: DevCluster, wait_for) -> None:
+    name = "doomed-ns"
+    dev_cluster.kubectl("create", "namespace", name)
+    dev_cluster.kubectl("create", "configmap", "settings", "-n", name, "--from-literal=a=1")
+    dev_cluster.kubectl("apply", "-f", "-", input=deployment(name, "app"))
+    wait_for(ready_pods(dev_cluster, name, "app=app", 1), message="pod in doomed-ns Ready")
+    dev_cluster.kubectl("delete", "namespace", name, "--wait=false")
+    wait_for(
+        lambda: dev_cluster.kubectl("get", "namespace", name, check=False).returncode != 0,
+        timeout=90,
+        message=f"namespace {name} is removed by the namespace controller",
+    )
