@@ -125,30 +125,6 @@ class ActivationCountBasedPlacement(GrainStrategy):
             if trace is not None:
                 trace.note("no statistics published yet: local member")
             return view.names[view.local_position]
-        eligible = data.eligible
-        m = len(eligible)
-        if m < 2 or trace is not None or self.choose_out_of != 2:
-            return self._choose_general(view, data, grain_id, trace)
-        # Hot path, k = 2: two distinct positions without building a sample.
-        counts = view.table.activation_counts
-        increments = self._increments
-        a = int(self._random() * m)
-        b = int(self._random() * (m - 1))
-        if b >= a:
-            b += 1
-        first = eligible[a]
-        second = eligible[b]
-        best = (
-            second
-            if counts[second] + increments[second] < counts[first] + increments[first]
-            else first
-        )
-        increments[best] += self._step
-        return view.table.names[best]
-
-    def _choose_general(
-        self, view: CandidateView, data: _CountView, grain_id: str, trace: Trace | None
-    ) -> str:
         eligible = _eligible_or_fallback(
             self, view, data.eligible, data.without_stats, grain_id, trace
         )
@@ -157,25 +133,31 @@ class ActivationCountBasedPlacement(GrainStrategy):
         m = len(eligible)
         k = min(self.choose_out_of, m)
         scratch = data.scratch
+        rnd = self._random
+        counts = view.table.activation_counts
+        increments = self._increments
         best = -1
         best_load = 0
         for a in range(k):
-            j = a + int(self._random() * (m - a))
-            scratch[a], scratch[j] = scratch[j], scratch[a]
-            index = eligible[scratch[a]]
-            load = self.estimated_count(index)
+            # Partial Fisher-Yates: scratch[:k] ends up a uniform sample without replacement.
+            j = a + int(rnd() * (m - a))
+            p = scratch[j]
+            scratch[j] = scratch[a]
+            scratch[a] = p
+            index = eligible[p]
+            load = counts[index] + increments[index]
             if best < 0 or load < best_load:
                 best, best_load = index, load
         if trace is None:
-            self._increments[best] += self._step
+            increments[best] += self._step
             return view.table.names[best]
         sampled = {eligible[p] for p in scratch[:k]}
         for index in eligible:
             trace.consider(
                 view.table.names[index],
                 float(self.estimated_count(index)),
-                published=float(view.table.activation_counts[index]),
-                optimistic=float(self._increments[index]),
+                published=float(counts[index]),
+                optimistic=float(increments[index]),
                 sampled=float(index in sampled),
             )
         trace.note(f"lowest estimated count of {k} sampled out of {m} eligible")
@@ -356,10 +338,6 @@ class ResourceOptimizedPlacement(GrainStrategy):
     ) -> str:
         data: _ResourceView = view.data
         names = view.names
-        if len(names) == 1:
-            if trace is not None:
-                trace.note("single candidate")
-            return names[0]
         if not data.any_stats:
             if trace is not None:
                 trace.note("no statistics yet: random")
@@ -377,8 +355,9 @@ class ResourceOptimizedPlacement(GrainStrategy):
         best_score = math.inf
         for a in range(data.sample_size):
             j = a + int(rnd() * (m - a))
-            scratch[a], scratch[j] = scratch[j], scratch[a]
-            p = scratch[a]
+            p = scratch[j]
+            scratch[j] = scratch[a]
+            scratch[a] = p
             score = scores[p]
             if score + rnd() * 1e-5 < best_score:
                 best, best_score = p, score
@@ -401,4 +380,9 @@ class ResourceOptimizedPlacement(GrainStrategy):
             return names[view.local_position]  # type: ignore[index]
         if trace is not None:
             trace.note(f"lowest score of {data.sample_size} sampled out of {m} eligible")
+            if local_score is not None:
+                trace.note(
+                    f"local not kept: {local_score:.4f} - margin {self._margin:.2f}"
+                    f" > best {best_score:.4f}"
+                )
         return view.table.names[relevant[best]]

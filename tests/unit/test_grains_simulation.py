@@ -1,0 +1,108 @@
+"""The activation simulation: power of two choices under stale statistics beats random, and the
+simulation itself is deterministic and counts what it should."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from apportion.engine.grains import (
+    LoadModel,
+    PlacementContext,
+    PlacementTable,
+    max_over_mean,
+    simulate_activations,
+)
+
+
+def test_power_of_two_with_stale_statistics_beats_random() -> None:
+    # 10k activations on 100 members, statistics published once a second, 8 placing members
+    # each with its own optimistic increments (bench/bench_grains.py prints the full sweep).
+    scenario = {"members": 100, "activations": 10_000, "placers": 8, "rate": 1000.0, "seed": 11}
+    p2c = simulate_activations({"name": "ActivationCountBased"}, **scenario)
+    rand = simulate_activations({"name": "Random"}, **scenario)
+    assert p2c.placements == rand.placements == 10_000
+    assert sum(p2c.counts.values()) == 10_000
+    assert p2c.max_over_mean <= 1.1
+    assert rand.max_over_mean >= 1.15
+    assert rand.max_over_mean > p2c.max_over_mean
+    # One table at the start and one per second of simulated time (~10 s at 1000/s).
+    assert 9 <= len(p2c.steps) <= 12
+
+
+def test_the_same_seed_gives_the_same_run() -> None:
+    a = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=3)
+    b = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=3)
+    c = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=4)
+    assert a == b
+    assert a.counts != c.counts
+
+
+def test_activations_end_after_their_lifetime() -> None:
+    result = simulate_activations(
+        {"name": "Random"}, members=10, placers=2, activations=5000, rate=500.0, lifetime=2.0
+    )
+    # Steady state: rate x lifetime = ~1000 active.
+    assert 850 <= sum(result.counts.values()) <= 1150
+    assert max(step.active for step in result.steps) <= 1200
+
+
+def test_failed_placements_are_counted_not_raised() -> None:
+    # Every member overloads after 10 activations (CPU 10 % each): once all are over 95 % and
+    # the table says so, load-aware placement fails.
+    result = simulate_activations(
+        {"name": "ActivationCountBased"},
+        members=4,
+        placers=1,
+        activations=2000,
+        rate=100.0,
+        load=LoadModel(cpu_per_activation=10.0),
+    )
+    assert result.failures > 0
+    assert result.placements + result.failures == 2000
+    assert all(count <= 10 + 100 for count in result.counts.values())
+
+
+def test_a_factory_can_stand_in_for_a_spec() -> None:
+    class First:
+        def __init__(self, rng: random.Random) -> None:
+            self.names: tuple[str, ...] = ()
+
+        def update(self, table: PlacementTable) -> None:
+            self.names = table.names
+
+        def place(self, grain_id: str, ctx: PlacementContext) -> str:
+            return self.names[0]
+
+    result = simulate_activations(First, members=5, placers=5, activations=100)
+    assert result.counts["member-0"] == 100
+    assert result.max_over_mean == 5.0
+    assert result.label == "First"
+    assert result.to_dict()["maxOverMean"] == 5.0
+
+
+def test_filters_apply_in_the_simulation() -> None:
+    result = simulate_activations(
+        {"name": "Random"},
+        filters=[{"type": "RequiredMatch", "keys": ["zone"]}],
+        labels=lambda i: {"zone": "a" if i < 5 else "b"},
+        members=10,
+        placers=1,  # member-0, in zone a
+        activations=500,
+    )
+    assert all(result.counts[f"member-{i}"] == 0 for i in range(5, 10))
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"members": 0}, {"placers": 0}, {"placers": 200}, {"rate": 0.0}, {"lifetime": 0.0}]
+)
+def test_bad_scenarios_are_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        simulate_activations({"name": "Random"}, **kwargs)  # type: ignore[arg-type]
+
+
+def test_max_over_mean() -> None:
+    assert max_over_mean([1, 1, 1, 1]) == 1.0
+    assert max_over_mean([4, 0, 0, 0]) == 4.0
+    assert max_over_mean([0, 0]) == 1.0
