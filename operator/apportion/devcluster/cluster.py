@@ -9,6 +9,7 @@ the state directory, and `stop` removes both the processes and the directory.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -250,7 +251,13 @@ def _start_processes(
 
     def spawn(name: str, argv: list[str]) -> ProcessRecord:
         record = processes.spawn(
-            name, argv, layout.logs / f"{name}.log", env=dict(os.environ), attached=attached
+            name,
+            argv,
+            layout.logs / f"{name}.log",
+            env=dict(os.environ),
+            attached=attached,
+            # The simulator gets the chance to stop its pod processes.
+            orphan_signal=signal.SIGTERM if name == "podsim" else signal.SIGKILL,
         )
         started.append(record)
         return record

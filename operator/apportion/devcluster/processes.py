@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -46,10 +46,14 @@ class ProcessRecord:
         )
 
 
-def die_with_parent() -> None:
-    """Pre-exec hook: the kernel sends SIGTERM to the child when the harness dies, even by
-    SIGKILL, so an attached cluster never outlives its test run."""
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def die_with_parent(signum: int) -> Callable[[], None]:
+    """A pre-exec hook that has the kernel send `signum` to the child when the process that
+    started it dies, even by SIGKILL, so an attached cluster never outlives its test run."""
+
+    def hook() -> None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+    return hook
 
 
 def spawn(
@@ -59,9 +63,13 @@ def spawn(
     *,
     env: dict[str, str] | None = None,
     attached: bool = True,
+    orphan_signal: int = signal.SIGKILL,
 ) -> ProcessRecord:
     """Start `argv` in a new session with stdout and stderr appended to `log`. Attached processes
-    die with this interpreter; detached ones outlive it (for `apportion dev-cluster start`)."""
+    receive `orphan_signal` when this interpreter dies; detached ones outlive it (for
+    `apportion dev-cluster start`). SIGKILL suits the servers: when the harness is gone nothing
+    remains worth a graceful shutdown, and kube-apiserver's SIGTERM handling waits for an etcd
+    that is shutting down at the same moment."""
     with log.open("ab") as output:
         process = subprocess.Popen(
             list(argv),
@@ -70,7 +78,7 @@ def spawn(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=die_with_parent if attached else None,
+            preexec_fn=die_with_parent(orphan_signal) if attached else None,
         )
     _CHILDREN[process.pid] = process
     return ProcessRecord(name, process.pid, _start_time(process.pid) or 0, str(log))
@@ -99,12 +107,6 @@ def is_running(record: ProcessRecord) -> bool:
         return False
     stat = _stat(record.pid)
     return stat is not None and stat[0] != "Z" and stat[1] == record.start_time
-
-
-def exit_code(record: ProcessRecord) -> int | None:
-    """The exit status of a child of this interpreter once it has exited."""
-    child = _CHILDREN.get(record.pid)
-    return child.poll() if child is not None else None
 
 
 def _signal(record: ProcessRecord, signum: int) -> None:

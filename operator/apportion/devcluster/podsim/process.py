@@ -41,7 +41,7 @@ class LocalProcess:
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=die_with_parent,
+                preexec_fn=die_with_parent(signal.SIGTERM),
             )
         return cls(process)
 
