@@ -284,3 +284,12 @@ def test_condition_wire_form() -> None:
 def test_condition_reason_must_be_camel_case() -> None:
     with pytest.raises(ValidationError):
         set_condition(None, type_="Ready", status=True, reason="not ok")
+
+
+def test_compact_wire_form_and_full_patch_form() -> None:
+    status = UnitSetStatus(members=0)
+    assert status.to_json_dict() == {"members": 0}
+    full = status.model_dump(mode="json")
+    assert full["memberUnits"] == [] and full["imbalance"] is None, (
+        "a merge patch built from model_dump clears stale rows and values"
+    )

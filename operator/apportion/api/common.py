@@ -77,6 +77,15 @@ def defaulted(model: type[ApiModel], description: str) -> Any:
     )
 
 
+def _compact(value: Any) -> Any:
+    if isinstance(value, dict):
+        items = ((k, _compact(v)) for k, v in value.items())
+        return {k: v for k, v in items if v is not None and v != [] and v != {}}
+    if isinstance(value, list):
+        return [_compact(v) for v in value]
+    return value
+
+
 class ApiModel(BaseModel):
     """Base of every apportion API model: snake_case in Python, camelCase on the wire."""
 
@@ -89,8 +98,10 @@ class ApiModel(BaseModel):
     )
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The wire form: camelCase names, no unset optional fields."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+        """The compact wire form: camelCase names, without None and empty lists or maps (as Go's
+        omitempty). For a merge patch that must clear old values, use `model_dump(mode="json")`:
+        its nulls delete fields and its empty lists replace old ones."""
+        return _compact(self.model_dump(mode="json", by_alias=True))
 
 
 # --- bounded scalar types -----------------------------------------------------------------------

@@ -1,0 +1,213 @@
+"""`apportion operator` as a process against the dev-cluster: every kind gets observedGeneration
+and a Ready condition through the status subresource, `kubectl wait` works, the printer columns
+show it, and kopf leaves only apportion.dev traces on the objects."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.e2e
+
+SELECTOR = {"matchLabels": {"app": "workers"}}
+SPECS = {
+    "PartitionSet": {"partitions": 8, "selector": SELECTOR},
+    "ShardSet": {"shards": 100, "selector": SELECTOR, "strategy": {"name": "LeastShards"}},
+    "GrainType": {"selector": SELECTOR},
+}
+
+
+class Operator:
+    """`apportion operator` watching one namespace, logging to a file."""
+
+    def __init__(self, dev_cluster, namespace: str, log: Path) -> None:
+        self.log = log
+        self._out = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "apportion", "operator", "--namespace", namespace],
+            env=dev_cluster.env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+        )
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait()
+        self._out.close()
+        return code
+
+    def text(self) -> str:
+        return self.log.read_text()
+
+
+@pytest.fixture(scope="module")
+def watched(dev_cluster, tmp_path_factory) -> Iterator[tuple[str, Operator]]:
+    """CRDs installed, a namespace of our own and an operator watching only it (other tests
+    may run operators of their own in the same cluster)."""
+    repo = Path(__file__).resolve().parents[2]
+    dev_cluster.kubectl("apply", "-f", str(repo / "crds"))
+    dev_cluster.kubectl(
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/partitionsets.apportion.dev",
+        "crd/shardsets.apportion.dev",
+        "crd/graintypes.apportion.dev",
+    )
+    # Established comes before the storage serves lists; start the operator once it does.
+    wait_for(
+        lambda: dev_cluster.kubectl("get", "apportion", "-A", check=False).returncode == 0,
+        "the CRDs' storage",
+    )
+    namespace = f"skeleton-{uuid.uuid4().hex[:6]}"
+    dev_cluster.kubectl("create", "namespace", namespace)
+    operator = Operator(dev_cluster, namespace, tmp_path_factory.mktemp("operator") / "log")
+    yield namespace, operator
+    code = operator.stop()
+    dev_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    assert code == 0, f"operator exited with {code}:\n{operator.text()}"
+
+
+def create(dev_cluster, namespace: str, kind: str, name: str) -> None:
+    body = {
+        "apiVersion": "apportion.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": SPECS[kind],
+    }
+    dev_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+
+
+def get(dev_cluster, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    return json.loads(
+        dev_cluster.kubectl("get", "-n", namespace, kind.lower(), name, "-o", "json").stdout
+    )
+
+
+def table(text: str) -> list[dict[str, str]]:
+    """Rows of kubectl's table output; cells are cut at the header's column offsets because
+    empty cells leave no token."""
+    header, *rows = text.splitlines()
+    names = header.split()
+    starts = [header.index(f" {n} ") + 1 if i else 0 for i, n in enumerate(names[:-1])]
+    starts.append(header.rindex(f" {names[-1]}") + 1)
+    bounds = [*starts[1:], None]
+    return [
+        {n: row[a:b].strip() for n, a, b in zip(names, starts, bounds, strict=True)} for row in rows
+    ]
+
+
+def wait_for(predicate, what: str, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_ready_and_observed_generation(dev_cluster, watched, kind: str) -> None:
+    namespace, _ = watched
+    name = f"{kind.lower()}-a"
+    create(dev_cluster, namespace, kind, name)
+    waited = dev_cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "--for=condition=Ready",
+        f"{kind.lower()}/{name}",
+        "--timeout=60s",
+    )
+    assert "condition met" in waited.stdout
+
+    obj = get(dev_cluster, namespace, kind, name)
+    status = obj["status"]
+    assert status["observedGeneration"] == obj["metadata"]["generation"] == 1
+    (ready,) = status["conditions"]
+    assert ready["type"] == "Ready" and ready["status"] == "True"
+    assert ready["reason"] == "Accepted" and ready["observedGeneration"] == 1
+    assert ready["lastTransitionTime"].endswith("Z")
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_spec_change_is_observed_without_a_new_transition(dev_cluster, watched, kind: str) -> None:
+    namespace, _ = watched
+    name = f"{kind.lower()}-b"
+    create(dev_cluster, namespace, kind, name)
+    dev_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", f"{kind.lower()}/{name}", "--timeout=60s"
+    )
+    before = get(dev_cluster, namespace, kind, name)["status"]["conditions"][0]
+    patch = {"spec": {"metrics": {"podMetrics": False}}}
+    dev_cluster.kubectl(
+        "patch", "-n", namespace, kind.lower(), name, "--type=merge", "-p", json.dumps(patch)
+    )
+
+    def observed() -> dict | None:
+        obj = get(dev_cluster, namespace, kind, name)
+        generation = obj["metadata"]["generation"]
+        return obj if obj["status"].get("observedGeneration") == generation == 2 else None
+
+    obj = wait_for(observed, "observedGeneration 2")
+    (ready,) = obj["status"]["conditions"]
+    assert ready["observedGeneration"] == 2
+    assert ready["lastTransitionTime"] == before["lastTransitionTime"]
+
+
+def test_printer_columns_show_readiness(dev_cluster, watched) -> None:
+    namespace, _ = watched
+    create(dev_cluster, namespace, "PartitionSet", "columns")
+    dev_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "partitionset/columns", "--timeout=60s"
+    )
+    (cells,) = table(dev_cluster.kubectl("get", "-n", namespace, "partitionset", "columns").stdout)
+    assert cells["NAME"] == "columns" and cells["READY"] == "True" and cells["UNITS"] == "8"
+    assert cells["BALANCED"] == cells["MEMBERS"] == cells["EPOCH"] == "", "not computed yet"
+
+
+def test_kopf_leaves_only_apportion_traces(dev_cluster, watched) -> None:
+    namespace, operator = watched
+    create(dev_cluster, namespace, "ShardSet", "traces")
+    dev_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "shardset/traces", "--timeout=60s"
+    )
+    obj = get(dev_cluster, namespace, "ShardSet", "traces")
+    assert not obj["metadata"].get("finalizers"), "no cleanup needs a finalizer yet"
+    foreign = [
+        a
+        for a in obj["metadata"].get("annotations", {})
+        if "kopf" in a.split("/")[0] or "zalando" in a
+    ]
+    assert foreign == []
+    assert "apportion.dev/last-handled-configuration" in obj["metadata"]["annotations"]
+    assert set(obj["status"]) == {"observedGeneration", "conditions"}
+    log = operator.text()
+    assert "Traceback" not in log
+    assert re.search(r"Handler '[^']+' (failed|is retried)", log) is None
+
+
+def test_deleting_needs_no_operator_cleanup(dev_cluster, watched) -> None:
+    namespace, _ = watched
+    create(dev_cluster, namespace, "GrainType", "gone")
+    dev_cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "graintype/gone", "--timeout=60s"
+    )
+    dev_cluster.kubectl("delete", "-n", namespace, "graintype", "gone", "--timeout=20s")
+    missing = dev_cluster.kubectl("get", "-n", namespace, "graintype", "gone", check=False)
+    assert missing.returncode != 0 and "NotFound" in missing.stderr
