@@ -94,3 +94,20 @@ def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterat
     )
     yield name
     dev_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def crds(dev_cluster: DevCluster) -> None:
+    """apportion's CRDs installed as a user would (`kubectl apply -f crds/`), established and
+    serving lists (Established comes a moment before the storage answers)."""
+    dev_cluster.kubectl("apply", "-f", str(HERE.parents[1] / "crds"))
+    dev_cluster.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s",
+        "crd/graintypes.apportion.dev", "crd/partitionsets.apportion.dev",
+        "crd/shardsets.apportion.dev",
+    )
+    _wait_for(
+        lambda: dev_cluster.kubectl("get", "apportion", "-A", check=False).returncode == 0,
+        timeout=30,
+        message="the apportion CRDs never served lists",
+    )

@@ -5,32 +5,16 @@ printer columns as `kubectl` shows them."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from apportion.api import GrainType, PartitionSet, ShardSet, parse_resource, set_condition
+from apportion.api import parse_resource, set_condition
 from apportion.api.conditions import dump_conditions
 from apportion.api.unitset import MemberUnits, UnitSetStatus
 
-pytestmark = pytest.mark.e2e
-
-REPO = Path(__file__).resolve().parents[2]
-CRD_NAMES = [f"{k.crd.plural}.apportion.dev" for k in (GrainType, PartitionSet, ShardSet)]
 SELECTOR = {"matchLabels": {"app": "workers"}}
-
-
-@pytest.fixture(scope="module")
-def crds(dev_cluster) -> None:
-    dev_cluster.kubectl("apply", "-f", str(REPO / "crds"))
-    dev_cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        *(f"crd/{name}" for name in CRD_NAMES),
-    )
 
 
 def manifest(kind: str, name: str, spec: dict[str, Any]) -> str:

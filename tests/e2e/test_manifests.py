@@ -8,14 +8,11 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-
-pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -24,10 +21,9 @@ OPERATOR_SA = f"system:serviceaccount:{SYSTEM_NAMESPACE}:apportion-operator"
 
 
 @pytest.fixture(scope="module")
-def installed(dev_cluster) -> None:
-    """CRDs (ours and kopf's), the system namespace and the RBAC applied for real."""
+def installed(dev_cluster, crds) -> None:
+    """kopf's CRDs, the system namespace and the RBAC applied for real (ours by `crds`)."""
     dev_cluster.kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml"))
-    dev_cluster.kubectl("apply", "-f", str(REPO / "crds"))
     dev_cluster.kubectl("apply", "-f", str(MANIFESTS / "kopf-peering.yaml"))
     for name in ("rbac.yaml", "worker-rbac.yaml"):
         dev_cluster.kubectl("apply", "-n", SYSTEM_NAMESPACE, "-f", str(MANIFESTS / name))
@@ -35,14 +31,9 @@ def installed(dev_cluster) -> None:
         "wait",
         "--for=condition=Established",
         "--timeout=60s",
-        "crd",
-        "-l",
-        "app.kubernetes.io/part-of=apportion",
+        "crd/clusterkopfpeerings.kopf.dev",
+        "crd/kopfpeerings.kopf.dev",
     )
-    deadline = time.monotonic() + 30
-    while dev_cluster.kubectl("get", "apportion", "-A", check=False).returncode:
-        assert time.monotonic() < deadline, "CRD storage never served lists"
-        time.sleep(0.3)
 
 
 def test_kustomization_passes_a_server_side_dry_run(dev_cluster, installed) -> None:

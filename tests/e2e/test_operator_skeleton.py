@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,8 +16,6 @@ from typing import Any
 
 import pytest
 import yaml
-
-pytestmark = pytest.mark.e2e
 
 SELECTOR = {"matchLabels": {"app": "workers"}}
 SPECS = {
@@ -56,24 +53,9 @@ class Operator:
 
 
 @pytest.fixture(scope="module")
-def watched(dev_cluster, tmp_path_factory) -> Iterator[tuple[str, Operator]]:
-    """CRDs installed, a namespace of our own and an operator watching only it (other tests
-    may run operators of their own in the same cluster)."""
-    repo = Path(__file__).resolve().parents[2]
-    dev_cluster.kubectl("apply", "-f", str(repo / "crds"))
-    dev_cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/partitionsets.apportion.dev",
-        "crd/shardsets.apportion.dev",
-        "crd/graintypes.apportion.dev",
-    )
-    # Established comes before the storage serves lists; start the operator once it does.
-    wait_for(
-        lambda: dev_cluster.kubectl("get", "apportion", "-A", check=False).returncode == 0,
-        "the CRDs' storage",
-    )
+def watched(dev_cluster, crds, tmp_path_factory) -> Iterator[tuple[str, Operator]]:
+    """A namespace of our own and an operator watching only it (other tests may run operators
+    of their own in the same cluster)."""
     namespace = f"skeleton-{uuid.uuid4().hex[:6]}"
     dev_cluster.kubectl("create", "namespace", namespace)
     operator = Operator(dev_cluster, namespace, tmp_path_factory.mktemp("operator") / "log")
@@ -112,15 +94,6 @@ def table(text: str) -> list[dict[str, str]]:
     ]
 
 
-def wait_for(predicate, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 @pytest.mark.parametrize("kind", list(SPECS))
 def test_ready_and_observed_generation(dev_cluster, watched, kind: str) -> None:
     namespace, _ = watched
@@ -146,7 +119,9 @@ def test_ready_and_observed_generation(dev_cluster, watched, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", list(SPECS))
-def test_spec_change_is_observed_without_a_new_transition(dev_cluster, watched, kind: str) -> None:
+def test_spec_change_is_observed_without_a_new_transition(
+    dev_cluster, watched, wait_for, kind: str
+) -> None:
     namespace, _ = watched
     name = f"{kind.lower()}-b"
     create(dev_cluster, namespace, kind, name)
@@ -164,7 +139,7 @@ def test_spec_change_is_observed_without_a_new_transition(dev_cluster, watched, 
         generation = obj["metadata"]["generation"]
         return obj if obj["status"].get("observedGeneration") == generation == 2 else None
 
-    obj = wait_for(observed, "observedGeneration 2")
+    obj = wait_for(observed, timeout=30, message="observedGeneration 2")
     (ready,) = obj["status"]["conditions"]
     assert ready["observedGeneration"] == 2
     assert ready["lastTransitionTime"] == before["lastTransitionTime"]
