@@ -264,3 +264,13 @@ def test_check_command_detects_changes(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["crds", "--check", "--output", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "shardsets.apportion.dev.yaml" in err and "old.apportion.dev.yaml" in err
+
+
+def test_crds_command_prints_every_crd(capsys: pytest.CaptureFixture) -> None:
+    assert main(["crds"]) == 0
+    documents = list(yaml.safe_load_all(capsys.readouterr().out))
+    assert sorted(d["metadata"]["name"] for d in documents) == [
+        "graintypes.apportion.dev",
+        "partitionsets.apportion.dev",
+        "shardsets.apportion.dev",
+    ]

@@ -50,6 +50,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.priority is not None and not args.peering:
         args.parser.error("--priority needs --peering NAME")
+    if args.peering and any(ch in ns for ns in args.namespaces or () for ch in "*?[!"):
+        args.parser.error("--peering needs exact --namespace names, not patterns")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

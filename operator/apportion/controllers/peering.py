@@ -21,9 +21,7 @@ KopfPeering = create_namespaced_resource("kopf.dev", "v1", "KopfPeering", "kopfp
 
 async def ensure_peering(name: str, namespaces: Sequence[str] = ()) -> None:
     """Create the ClusterKopfPeering `name` (cluster-wide operator), or a KopfPeering `name` in
-    each watched namespace, unless it exists."""
-    if any(ch in ns for ns in namespaces for ch in "*?[!"):
-        raise ValueError("--peering needs exact namespaces, not patterns")
+    each watched namespace (exact names, not patterns), unless it exists."""
     objects = (
         [KopfPeering(metadata={"name": name, "namespace": ns}) for ns in namespaces]
         if namespaces
