@@ -278,3 +278,49 @@ def test_namespace_deletion_removes_its_contents(dev_cluster: DevCluster, wait_f
         timeout=90,
         message=f"namespace {name} is removed by the namespace controller",
     )
+
+
+READINESS_SERVER = textwrap.dedent(
+    """
+    import http.server, os
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if os.path.exists(os.environ["READY_FILE"]) else 503)
+            self.end_headers()
+        def log_message(self, *args):
+            pass
+    http.server.HTTPServer((os.environ["POD_IP"], 8080), Handler).serve_forever()
+    """
+)
+
+
+def test_http_readiness_probe_gates_ready(
+    dev_cluster: DevCluster, namespace: str, wait_for, tmp_path
+) -> None:
+    ready_file = tmp_path / "ready"
+    manifest = json.loads(
+        process_pod(
+            namespace,
+            "probed",
+            ["python", "-c", READINESS_SERVER],
+            terminationGracePeriodSeconds=1,
+        )
+    )
+    container = manifest["spec"]["containers"][0]
+    container["env"].append({"name": "READY_FILE", "value": str(ready_file)})
+    container["ports"] = [{"name": "http", "containerPort": 8080}]
+    container["readinessProbe"] = {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1}
+    dev_cluster.kubectl("apply", "-f", "-", input=json.dumps(manifest))
+
+    def running_not_ready() -> dict[str, Any] | None:
+        found = pods(dev_cluster, namespace, "app=probed")
+        statuses = found[0]["status"].get("containerStatuses") if found else None
+        if statuses and "running" in statuses[0]["state"] and not statuses[0]["ready"]:
+            return found[0]
+        return None
+
+    wait_for(running_not_ready, message="probed runs but is not Ready while the probe fails")
+    time.sleep(2)  # a few failing probes later it is still not Ready
+    assert not is_ready(pods(dev_cluster, namespace, "app=probed")[0])
+    ready_file.touch()
+    wait_for(ready_pods(dev_cluster, namespace, "app=probed", 1), message="Ready once probe passes")
