@@ -244,6 +244,11 @@ class PodWorker:
     async def run(self) -> None:
         try:
             if await self._schedule():
+                if self.deleting:  # seen first while terminating (the simulator restarted)
+                    self.phase = self.pod.get("status", {}).get("phase", "Running")
+                    self.host_ip = self.sim.nodes.host_ip(self.node)  # type: ignore[arg-type]
+                    await self._terminate()
+                    return
                 await self._start()
                 await self._supervise()
         except asyncio.CancelledError:
@@ -472,8 +477,8 @@ class PodWorker:
         if process is not None and process.returncode is None:
             log.info("%s: deleting; SIGTERM to pid %d", self.key, process.pid)
             process.send_term()
-        elif self.phase != "Running":
-            began -= self.grace_seconds  # nothing is running: nothing to wait for
+        elif self.phase != "Running" or self.simulate_process:
+            began -= self.grace_seconds  # no process left (finished, crash-looping): no wait
         while not self.gone:
             remaining = began + self.grace_seconds - time.monotonic()
             if remaining <= 0 or (process is not None and process.returncode is not None):
