@@ -191,7 +191,7 @@ def _build(
     partial.mkdir()
     try:
         ldflags = " ".join(["-s", "-w", *version_ldflags(versions, build_date)])
-        progress(f"compiling {total} packages (only those not in the Go build cache are listed)…")
+        progress(f"compiling and linking ({total} packages)…")
         _run_go(
             [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", f"{partial}/", *TARGETS],
             module,
@@ -248,7 +248,12 @@ def _run_go(
 
     def report() -> None:
         while not done.wait(PROGRESS_INTERVAL):
-            work = f"{counts['lines']}/{total} packages compiled" if total else "resolving"
+            work = (
+                f"{counts['lines']} of {total} packages compiled so far (the rest come from the "
+                "Go build cache), then linking"
+                if total
+                else "resolving"
+            )
             downloads = f", {counts['downloads']} modules downloaded" if counts["downloads"] else ""
             progress(f"still working ({_elapsed(started)}): {work}{downloads}")
 
