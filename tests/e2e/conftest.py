@@ -15,6 +15,7 @@ Fixtures
                bare Pods can be created at once; deleted after the test without waiting.
   wait_for     wait_for(condition, timeout=60.0, message="...") polls `condition()` every 0.2 s
                and returns its first truthy value, or fails the test with `message`.
+  crds         (session) apportion's CRDs applied from crds/, Established and serving.
 
 Every test under tests/e2e is marked `e2e` (select or deselect with `-m e2e` / `-m "not e2e"`).
 Pods run on simulated nodes sim-node-0..2 (zones zone-a..c) with loopback IPs; annotate a pod
