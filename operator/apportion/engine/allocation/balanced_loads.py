@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain
 
@@ -34,6 +35,10 @@ from apportion.engine.allocation.state import (
 
 _EPS = 1e-9
 _CANDIDATES = 4
+_EXACT_ITEMS = 40
+_EXACT_RECEIVERS = 40
+_EXACT_NODES = 4_000
+"""Small packings are searched exactly (depth-first, this many nodes at most) before greedy."""
 """Counterparts tried (least / most loaded first) before a member is left as it is."""
 
 
@@ -59,6 +64,15 @@ class _Movable:
         j = bisect_right(self.xs, x)
         self.xs.insert(j, x)
         self.units.insert(j, unit)
+
+    def remove(self, x: float, unit: str) -> bool:
+        j = bisect_left(self.xs, x)
+        while j < len(self.xs) and self.xs[j] == x:
+            if self.units[j] == unit:
+                del self.xs[j], self.units[j]
+                return True
+            j += 1
+        return False
 
 
 def _swap(give: _Movable, take: _Movable, need: float, bound: float) -> tuple[int, int] | None:
@@ -113,6 +127,35 @@ class _Spread:
         self.shift(self.domain.get(source) if source is not None else None, self.domain[target])
 
 
+class _LazyHeap:
+    """Members ordered by a key that changes as units move (min first); an entry is refreshed
+    when its member's stamp shows it is stale."""
+
+    def __init__(self, key: Callable[[int], float], members: Iterable[int], stamp: list[int]):
+        self.key = key
+        self.stamp = stamp
+        self.heap = [(key(i), i, stamp[i]) for i in members]
+        heapq.heapify(self.heap)
+
+    def tops(self, k: int, exclude: int = -1) -> list[int]:
+        """Up to ``k`` members from the top, skipping ``exclude``; the heap keeps them."""
+        found: list[tuple[float, int, int]] = []
+        skipped: list[tuple[float, int, int]] = []
+        heap = self.heap
+        while heap and len(found) < k:
+            entry = heapq.heappop(heap)
+            i = entry[1]
+            if entry[2] != self.stamp[i]:
+                heapq.heappush(heap, (self.key(i), i, self.stamp[i]))
+            elif i == exclude:
+                skipped.append(entry)
+            else:
+                found.append(entry)
+        for entry in found + skipped:
+            heapq.heappush(heap, entry)
+        return [entry[1] for entry in found]
+
+
 class _Planner:
     def __init__(self, state: State, options: BalancedOptions) -> None:
         self.state = state
@@ -125,8 +168,10 @@ class _Planner:
         # A unit not measured yet is assumed to carry the mean measured load.
         self.default = math.fsum(self.loads.values()) / len(self.loads) if self.loads else 1.0
         self.units = [list(h) for h in state.held]
-        self.xs = [[self.load_of(u) for u in h] for h in state.held]
+        get, default = self.loads.get, self.default
+        self.xs = [[get(u, default) for u in h] for h in state.held]
         self.load = [math.fsum(x) for x in self.xs]
+        self.initial = list(self.load)
         self.total_load = math.fsum(self.load) + math.fsum(
             self.load_of(u) for u, _ in state.homeless
         )
@@ -139,6 +184,12 @@ class _Planner:
         for i in self.targets:
             self.is_target[i] = True
         self.pools: dict[int, _Movable] = {}
+        # A unit moves at most once per plan (undo aside): arrivals are not movable again, which
+        # rules out ping-pong and keeps chains finite.
+        self.settled: set[str] = set()
+        # Units that arrived in this plan, per member: moving one on costs no extra move.
+        self.arrived: dict[int, _Movable] = {}
+        self.hi = self.lo = 0.0
         self.hot: dict[int, tuple[str, float]] = {}
         self.stamp = [0] * len(members)
         self.moves_left = math.inf if options.max_moves is None else options.max_moves
@@ -171,19 +222,19 @@ class _Planner:
             pairs = sorted(
                 (x, u)
                 for x, u in zip(self.xs[i], self.units[i], strict=True)
-                if u not in self.state.in_progress and u != hot_unit
+                if u not in self.state.in_progress and u != hot_unit and u not in self.settled
             )
             pool = _Movable([x for x, _ in pairs], [u for _, u in pairs])
             self.pools[i] = pool
         return pool
 
     def _arrive(self, i: int, x: float, unit: str) -> None:
-        pool = self.pools.get(i)
-        if pool is None:
+        self.settled.add(unit)
+        if self.hot.get(i, (None,))[0] != unit:
+            self.arrived.setdefault(i, _Movable()).put(x, unit)
+        if i not in self.pools:
             self.units[i].append(unit)
             self.xs[i].append(x)
-        else:
-            pool.put(x, unit)
 
     def allowed(self, source: int | None, target: int) -> bool:
         return self.spread is None or self.spread.allows(source, target)
@@ -192,6 +243,9 @@ class _Planner:
         """Books a move of ``unit`` (load ``x``) that is already out of its source's pool."""
         self.builder.move(unit, source, target)
         if isinstance(source, int):
+            passing = self.arrived.get(source)
+            if passing is not None:
+                passing.remove(x, unit)
             self.load[source] -= x
             self.stamp[source] += 1
         self.load[target] += x
@@ -292,33 +346,10 @@ class _Planner:
                     break
         return rest_load, rest_cap
 
-    def _heap(self, sign: float) -> list[tuple[float, int, int]]:
-        """A lazy heap of the non-hot targets by utilisation (min for sign 1, max for -1)."""
-        heap = [(sign * self.util(i), i, self.stamp[i]) for i in self.targets if i not in self.hot]
-        heapq.heapify(heap)
-        return heap
-
-    def _tops(
-        self, heap: list[tuple[float, int, int]], sign: float, exclude: int, k: int
-    ) -> list[int]:
-        """Up to ``k`` members from the top of a lazy heap, skipping ``exclude``; the heap keeps
-        them."""
-        found: list[tuple[float, int, int]] = []
-        while heap and len(found) < k:
-            entry = heapq.heappop(heap)
-            i = entry[1]
-            if entry[2] != self.stamp[i]:
-                heapq.heappush(heap, (sign * self.util(i), i, self.stamp[i]))
-            elif i != exclude:
-                found.append(entry)
-            else:
-                exclude = -1
-                excluded = entry
-        for entry in found:
-            heapq.heappush(heap, entry)
-        if exclude == -1:
-            heapq.heappush(heap, excluded)
-        return [entry[1] for entry in found]
+    def _by_util(self, sign: float) -> _LazyHeap:
+        """The non-hot targets, least loaded first (sign 1) or most loaded first (sign -1)."""
+        normal = (i for i in self.targets if i not in self.hot)
+        return _LazyHeap(lambda i: sign * self.util(i), normal, self.stamp)
 
     def _step(self, donor: int, receiver: int, need: float, band: float, delta: float) -> bool:
         """Moves load from ``donor`` to ``receiver``; False if nothing helps.
@@ -383,44 +414,247 @@ class _Planner:
         mean = rest_load / rest_cap if rest_cap > 0 else 0.0
         normal = [i for i in self.targets if i not in self.hot]
         over = [i for i in normal if self.util(i) > mean * (1 + tol) + _EPS]
-        over += [h for h, (_, x) in self.hot.items() if self.load[h] > x * (1 + tol) + _EPS]
+        # A hot member sets the maximum itself: anything beside its hot unit goes, tolerance or not.
+        over += [h for h, (_, x) in self.hot.items() if self.load[h] > x * (1 + aim) + _EPS]
         under = [i for i in normal if self.util(i) < mean * (1 - tol) - _EPS]
         if not over and not under:
             self.reasons.append(f"every member within the {tol:.1%} imbalance tolerance")
             return
-        hi, lo, delta = mean * (1 + aim), mean * (1 - aim), mean * aim
-        receivers = self._heap(1.0)
-        for d in sorted(over, key=lambda i: -self.util(i)):
-            hot = self.hot.get(d)
-            goal = hot[1] * (1 + aim) if hot else hi * self.cap[d]
-            floor = hot[1] if hot else lo * self.cap[d]
+        self.hi, self.lo = mean * (1 + aim), mean * (1 - aim)
+        over.sort(key=lambda i: -self.util(i))
+        bounds = {d: self._donor_bounds(d) for d in over}
+        shed = [
+            (x, unit, d)
+            for d in over
+            for x, unit in self._shed_set(
+                d, self.load[d] - bounds[d][0], self.load[d] - bounds[d][1]
+            )
+        ]
+        if not self._pack_exactly(shed, set(over), under):
+            self._pack(shed, set(over), under)
+        delta = mean * aim
+        receivers = self._by_util(1.0)
+        for d in over:
+            goal, floor = bounds[d]
             while self.load[d] > goal + _EPS and not self.budget_hit:
+                candidates = receivers.tops(_CANDIDATES, exclude=d)
                 if not any(
                     self._step(
                         d,
                         r,
                         self.load[d] - goal,
-                        min(hi * self.cap[r] - self.load[r], self.load[d] - floor),
+                        min(self.hi * self.cap[r] - self.load[r], self.load[d] - floor),
                         delta,
                     )
-                    for r in self._tops(receivers, 1.0, d, _CANDIDATES)
+                    for r in candidates
                 ):
                     break
-        donors = self._heap(-1.0)
+        donors = self._by_util(-1.0)
         for r in sorted(under, key=self.util):
-            goal = lo * self.cap[r]
+            goal = self.lo * self.cap[r]
             while self.load[r] < goal - _EPS and not self.budget_hit:
+                candidates = donors.tops(_CANDIDATES, exclude=r)
+                if any(self._reroute(s, r, goal - self.load[r]) for s in candidates):
+                    continue
                 if not any(
                     self._step(
                         d,
                         r,
                         goal - self.load[r],
-                        min(hi * self.cap[r] - self.load[r], self.load[d] - lo * self.cap[d]),
+                        min(
+                            self.hi * self.cap[r] - self.load[r],
+                            self.load[d] - self.lo * self.cap[d],
+                        ),
                         delta,
                     )
-                    for d in self._tops(donors, -1.0, r, _CANDIDATES)
+                    for d in candidates
                 ):
                     break
+        self._undo_needless()
+
+    def _reroute(self, s: int, r: int, need: float) -> bool:
+        """Redirects to ``r`` a unit that arrived at ``s`` in this plan (no extra move), one
+        that keeps ``s`` above the aim's lower end."""
+        passing = self.arrived.get(s)
+        if not passing or not passing.xs or not self.allowed(s, r):
+            return False
+        bound = min(self.hi * self.cap[r] - self.load[r], self.load[s] - self.lo * self.cap[s])
+        j = passing.pick(need, bound) if bound > _EPS else None
+        if j is None:
+            return False
+        self.transfer(passing.xs[j], passing.units[j], s, r)
+        return True
+
+    def _donor_bounds(self, d: int) -> tuple[float, float]:
+        """(goal, floor): an overloaded member sheds to ``goal`` and not below ``floor``."""
+        hot = self.hot.get(d)
+        if hot:
+            return hot[1] * (1 + self.options.aim), hot[1]
+        return self.hi * self.cap[d], self.lo * self.cap[d]
+
+    def _shed_set(self, d: int, need: float, allow: float) -> list[tuple[float, str]]:
+        """Fewest units of ``d`` whose loads sum to at least ``need`` and at most ``allow``,
+        taken out of its pool: repeatedly the smallest unit that closes what is left, else the
+        largest that fits."""
+        pool = self.pool(d)
+        chosen: list[tuple[float, str]] = []
+        total = 0.0
+        while total < need - _EPS:
+            j = pool.pick(need - total, allow - total)
+            if j is None:
+                break
+            x, unit = pool.take(j)
+            chosen.append((x, unit))
+            total += x
+        return chosen
+
+    def _pack(
+        self, items: list[tuple[float, str, int]], donors: set[int], under: list[int]
+    ) -> None:
+        """Places shed units, largest first: on an underloaded member while one still needs
+        load and has room, else best fit (the member with the least room that still fits),
+        else — a unit too big for any room — on the member with the most room if that lowers
+        the pair's maximum; that member then sheds its own smaller units in turn (a chain, fewer
+        moves than cutting the big unit's worth out of small ones). A unit that fits nowhere
+        goes back to its donor."""
+        room = {
+            i: self.hi * self.cap[i] - self.load[i]
+            for i in self.targets
+            if i not in self.hot and i not in donors
+        }
+        fits = sorted((r, i) for i, r in room.items())
+        needy = _LazyHeap(lambda i: self.load[i] - self.lo * self.cap[i], under, self.stamp)
+        queue = [(-x, n, unit, d) for n, (x, unit, d) in enumerate(items)]
+        heapq.heapify(queue)
+        serial = len(queue)
+        while queue:
+            negative, _, unit, d = heapq.heappop(queue)
+            x = -negative
+            target = None if self.budget_hit else self._fit(x, d, fits, room, needy)
+            if target is None and fits and not self.budget_hit:
+                widest = fits[-1][1]
+                if self.load[widest] + x < self.load[d] - _EPS and self.allowed(d, widest):
+                    target = widest
+            if target is None or not self.spend(1, x):
+                self.pool(d).put(x, unit)
+                continue
+            self.transfer(x, unit, d, target)
+            del fits[bisect_left(fits, (room[target], target))]
+            room[target] -= x
+            if room[target] >= -_EPS:
+                fits.insert(bisect_left(fits, (room[target], target)), (room[target], target))
+                continue
+            # Overflowed: the receiver becomes a donor of its own (unmoved) units.
+            del room[target]
+            need = self.load[target] - self.hi * self.cap[target]
+            allow = self.load[target] - self.lo * self.cap[target]
+            for y, other in self._shed_set(target, need, allow):
+                heapq.heappush(queue, (-y, serial, other, target))
+                serial += 1
+
+    def _pack_exactly(
+        self, items: list[tuple[float, str, int]], donors: set[int], under: list[int]
+    ) -> bool:
+        """Places the shed units so that every receiver ends inside the aim, if a depth-first
+        search finds such a placement within its node budget (small cases only; no topology
+        spread). Returns whether it did."""
+        receivers = [i for i in self.targets if i not in self.hot and i not in donors]
+        if (
+            not items
+            or len(items) > _EXACT_ITEMS
+            or len(receivers) > _EXACT_RECEIVERS
+            or self.spread is not None
+            or len(items) > self.moves_left
+            or math.fsum(x for x, _, _ in items) > self.load_left
+        ):
+            return False
+        order = sorted(items, key=lambda item: -item[0])
+        xs = [x for x, _, _ in order]
+        tail = [math.fsum(xs[k:]) for k in range(len(xs) + 1)]
+        room = [self.hi * self.cap[i] - self.load[i] for i in receivers]
+        need = [max(0.0, self.lo * self.cap[i] - self.load[i]) for i in receivers]
+        got = [0.0] * len(receivers)
+        chosen = [0] * len(order)
+        nodes = 0
+        missing = math.fsum(need)
+
+        def search(k: int) -> bool:
+            nonlocal nodes, missing
+            nodes += 1
+            if k == len(xs):
+                return missing <= _EPS
+            if nodes > _EXACT_NODES or tail[k] < missing - _EPS:
+                return False
+            seen: set[tuple[float, float]] = set()
+            ranked = sorted(
+                range(len(receivers)), key=lambda j: (got[j] >= need[j], room[j] - got[j])
+            )
+            for j in ranked:
+                left = room[j] - got[j]
+                if xs[k] > left + _EPS:
+                    continue
+                key = (round(left, 9), round(need[j] - got[j], 9))
+                if key in seen:
+                    continue
+                seen.add(key)
+                covered = min(xs[k], max(0.0, need[j] - got[j]))
+                got[j] += xs[k]
+                missing -= covered
+                chosen[k] = j
+                if search(k + 1):
+                    return True
+                got[j] -= xs[k]
+                missing += covered
+            return False
+
+        if not search(0):
+            return False
+        for (x, unit, d), j in zip(order, chosen, strict=True):
+            self.spend(1, x)
+            self.transfer(x, unit, d, receivers[j])
+        return True
+
+    def _fit(
+        self,
+        x: float,
+        donor: int,
+        fits: list[tuple[float, int]],
+        room: dict[int, float],
+        needy: _LazyHeap,
+    ) -> int | None:
+        """The receiver of a unit of load ``x`` that stays within the aim: one of the neediest
+        underloaded members with room, else the best fit."""
+        for i in needy.tops(_CANDIDATES):
+            if (
+                i in room
+                and self.load[i] < self.lo * self.cap[i] - _EPS
+                and room[i] >= x - _EPS
+                and self.allowed(donor, i)
+            ):
+                return i
+        k = bisect_left(fits, (x - _EPS, -1))
+        while k < len(fits):
+            if self.allowed(donor, fits[k][1]):
+                return fits[k][1]
+            k += 1
+        return None
+
+    def _undo_needless(self) -> None:
+        """Sends moved units home where that keeps both ends inside the aim: the greedy phases
+        can overshoot, and a move that is not needed is churn."""
+        for unit, origin, at in self.builder.moved():
+            if not isinstance(origin, int) or not self.is_target[origin] or origin in self.hot:
+                continue
+            x = self.load_of(unit)
+            if (
+                self.load[origin] + x <= self.hi * self.cap[origin] + _EPS
+                and self.load[at] - x >= self.lo * self.cap[at] - _EPS
+                and self.allowed(at, origin)
+            ):
+                self.moves_left += 1
+                self.load_left += x
+                self.moved_load -= x
+                self.transfer(x, unit, at, origin)
 
     # -- result --------------------------------------------------------------------------------
 
@@ -441,10 +675,10 @@ class _Planner:
             if not self.is_target[i]
         )
         for i in self.targets:
-            held = state.held[i]
-            excess = math.fsum(map(self.load_of, held)) - achieved * self.cap[i] - _EPS
+            excess = self.initial[i] - achieved * self.cap[i] - _EPS
             if excess <= 0:
                 continue
+            held = state.held[i]
             xs = sorted((self.load_of(u) for u in held if u not in state.in_progress), reverse=True)
             shed = 0
             while excess > 0 and shed < len(xs):
@@ -470,7 +704,6 @@ class _Planner:
 def plan_loads(state: State, options: BalancedOptions) -> Plan:
     """Plans ``state`` by load (module docstring)."""
     planner = _Planner(state, options)
-    before_loads = list(planner.load)
     before_counts = [state.count(i) for i in range(len(state.members))]
     planner.place_homeless()
     if planner.targets:
@@ -493,7 +726,7 @@ def plan_loads(state: State, options: BalancedOptions) -> Plan:
         lower_bound=planner.lower_bound(after * mean),
         max_mean_before=count_ratio(before_counts, state, planner.targets),
         max_mean_after=count_ratio(builder.counts(), state, planner.targets),
-        load_max_mean_before=planner.load_ratio(before_loads),
+        load_max_mean_before=planner.load_ratio(planner.initial),
         load_max_mean_after=after,
         moved_load=planner.moved_load,
         rounds=None if planner.budget_hit else (1 if builder.moves else 0),

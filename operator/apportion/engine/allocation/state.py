@@ -218,6 +218,12 @@ class PlanBuilder:
         self._at[unit] = target
         self._added.setdefault(target, []).append(unit)
 
+    def moved(self) -> list[tuple[str, Origin, int]]:
+        """(unit, origin, current member) of every unit moved so far, latest first."""
+        return [
+            (m.unit, self._origin[m.unit], self._at[m.unit]) for m in reversed(self._moves) if m
+        ]
+
     def units_of(self, i: int) -> list[str]:
         """Member ``i``'s units after the moves so far."""
         removed = self._removed.get(i)
