@@ -175,6 +175,10 @@ def test_stateless_worker_is_local_until_max_local() -> None:
     # No statistics for w1: its processor count is unknown, so one activation.
     with pytest.raises(StatelessWorkerAtCapacity):
         default.place("s", PlacementContext("w1", local_activations=1))
+    # A hint naming the full local member does not get around the limit; another member's does.
+    with pytest.raises(StatelessWorkerAtCapacity):
+        explicit.place("s", ctx.with_call(hint="w0", local_activations=1))
+    assert explicit.place("s", ctx.with_call(hint="w1", local_activations=1)) == "w1"
 
 
 # --- SiloRoleBased ---------------------------------------------------------------------------

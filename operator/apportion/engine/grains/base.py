@@ -109,7 +109,9 @@ class GrainStrategy(ABC):
         """Precompute into `view.data` what `choose` needs for this table and caller."""
         view.data = None
 
-    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+    def accepts(
+        self, view: CandidateView, position: int, grain_id: str, ctx: PlacementContext
+    ) -> bool:
         """Whether the member at `position` may take this grain (used for placement hints)."""
         return True
 
@@ -158,7 +160,7 @@ class GrainStrategy(ABC):
         hint = ctx.hint
         if hint is not None and self.honours_hint:
             position = view.position.get(hint)
-            if position is not None and self.accepts(view, position, grain_id):
+            if position is not None and self.accepts(view, position, grain_id, ctx):
                 if trace is not None:
                     trace.note(f"placement hint {hint!r} honoured")
                 return hint

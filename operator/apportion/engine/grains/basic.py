@@ -101,6 +101,14 @@ class StatelessWorkerPlacement(PreferLocalPlacement):
         stats = view.table.members[view.indices[position]].stats
         return 1 if stats is None else stats.cpu_count
 
+    def accepts(
+        self, view: CandidateView, position: int, grain_id: str, ctx: PlacementContext
+    ) -> bool:
+        # A hint naming the local member must respect the local limit too.
+        return position != view.local_position or ctx.local_activations < self.local_limit(
+            view, position
+        )
+
     def choose(
         self, view: CandidateView, grain_id: str, ctx: PlacementContext, trace: Trace | None
     ) -> str:
@@ -166,7 +174,9 @@ class SiloRoleBasedPlacement(GrainStrategy):
                 groups.setdefault(role, []).append(name)
         view.data = {role: tuple(names) for role, names in groups.items()}
 
-    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+    def accepts(
+        self, view: CandidateView, position: int, grain_id: str, ctx: PlacementContext
+    ) -> bool:
         labels = view.table.members[view.indices[position]].labels
         return labels.get(self.role_label) == (self.role or grain_id)
 
@@ -177,7 +187,7 @@ class SiloRoleBasedPlacement(GrainStrategy):
         names = view.data.get(role)
         if trace is not None:
             for p, member in enumerate(view.names):
-                if not self.accepts(view, p, grain_id):
+                if not self.accepts(view, p, grain_id, ctx):
                     trace.exclude(member, f"{self.role_label} is not {role!r}")
             for member in names or ():
                 trace.consider(member)

@@ -114,7 +114,9 @@ class ActivationCountBasedPlacement(GrainStrategy):
             table_has_stats=any(table.has_stats),
         )
 
-    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+    def accepts(
+        self, view: CandidateView, position: int, grain_id: str, ctx: PlacementContext
+    ) -> bool:
         return not view.table.overloaded[view.indices[position]]
 
     def choose(
@@ -330,7 +332,9 @@ class ResourceOptimizedPlacement(GrainStrategy):
             any_stats=bool(stats),
         )
 
-    def accepts(self, view: CandidateView, position: int, grain_id: str) -> bool:
+    def accepts(
+        self, view: CandidateView, position: int, grain_id: str, ctx: PlacementContext
+    ) -> bool:
         return not view.table.overloaded[view.indices[position]]
 
     def choose(
