@@ -1,0 +1,131 @@
+"""Keeps a `PlacementDirector` current from the API server: list the namespace's placement-table
+ConfigMaps, then watch them from that list's resourceVersion; on any error (410 Gone included)
+list again, so tables deleted while the watch was down are dropped too."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap
+
+from apportion.api.placement_table import (
+    GRAIN_TYPE_ANNOTATION,
+    TABLE_LABEL,
+    PlacementTableFormatError,
+    from_configmap,
+)
+from apportion.grains.director import PlacementDirector
+
+logger = logging.getLogger(__name__)
+
+_SELECTOR = {TABLE_LABEL: "true"}
+_RETRY_MAX = 10.0
+
+
+def _raw(configmap: Any) -> dict[str, Any]:
+    return configmap.to_dict() if hasattr(configmap, "to_dict") else dict(configmap)
+
+
+def _owner(raw: dict[str, Any]) -> str | None:
+    return ((raw.get("metadata") or {}).get("annotations") or {}).get(GRAIN_TYPE_ANNOTATION)
+
+
+def _apply(director: PlacementDirector, raw: dict[str, Any]) -> str | None:
+    """Apply one ConfigMap; returns the GrainType name it belongs to. A malformed table is
+    logged and skipped: the last good one stays in use."""
+    try:
+        doc = from_configmap(raw)
+    except PlacementTableFormatError as error:
+        logger.warning("ignoring placement table: %s", error)
+        return _owner(raw)
+    director.apply(doc)
+    return doc.grain_type.name
+
+
+class TableWatch:
+    """The background task feeding one director from one namespace."""
+
+    def __init__(self, director: PlacementDirector, namespace: str, client: AsyncClient) -> None:
+        self.director = director
+        self.namespace = namespace
+        self.client = client
+        self.synced = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        director.on_change(self._changed.set)
+
+    async def start(self, timeout: float | None = 30.0) -> None:
+        """Start watching; return once the first list has been applied."""
+        self._task = asyncio.create_task(self._run(), name=f"placement-tables/{self.namespace}")
+        waiter = asyncio.create_task(self.synced.wait())
+        done, _ = await asyncio.wait(
+            {waiter, self._task}, timeout=timeout, return_when="FIRST_COMPLETED"
+        )
+        if waiter not in done:
+            waiter.cancel()
+            if self._task.done():
+                self._task.result()  # raises what stopped it
+            raise TimeoutError(f"placement tables of {self.namespace!r} not listed in {timeout}s")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def wait_for(
+        self, grain_type: str, *, min_version: int = 0, timeout: float = 30.0
+    ) -> int:
+        """Wait until a table places `grain_type` with at least `min_version`; its version."""
+
+        async def table_version() -> int:
+            while True:
+                self._changed.clear()
+                doc = self.director.table_for(grain_type)
+                if doc is not None and doc.version >= min_version:
+                    return doc.version
+                await self._changed.wait()
+
+        return await asyncio.wait_for(table_version(), timeout)
+
+    async def _run(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                version = await self._relist()
+                self.synced.set()
+                delay = 0.5
+                async for event, configmap in self.client.watch(
+                    ConfigMap,
+                    namespace=self.namespace,
+                    labels=_SELECTOR,
+                    resource_version=version,
+                ):
+                    raw = _raw(configmap)
+                    if event == "DELETED":
+                        owner = _owner(raw)
+                        if owner is not None:
+                            self.director.remove(owner)
+                    else:
+                        _apply(self.director, raw)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # any failure: list again after a pause
+                logger.warning(
+                    "placement-table watch in %r failed (%s); relisting", self.namespace, error
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MAX)
+
+    async def _relist(self) -> str | None:
+        listing = self.client.list(ConfigMap, namespace=self.namespace, labels=_SELECTOR)
+        present: set[str] = set()
+        async for configmap in listing:
+            owner = _apply(self.director, _raw(configmap))
+            if owner is not None:
+                present.add(owner)
+        self.director.retain(present)
+        return listing.resourceVersion
