@@ -109,9 +109,11 @@ class LeastShards:
             )
 
         pending: list[tuple[str, Origin]] = list(state.homeless)
-        for i, m in enumerate(members):
-            if (m.draining or m.capacity <= 0) and state.held[i]:
-                pending.extend((u, i) for u in state.held[i] if u not in state.in_progress)
+        # Draining members hand everything off, if there is somewhere else to go.
+        if any(not members[i].draining for i in candidates):
+            for i, m in enumerate(members):
+                if (m.draining or m.capacity <= 0) and state.held[i]:
+                    pending.extend((u, i) for u in state.held[i] if u not in state.in_progress)
         if candidates:
             allocator = _Allocator(state, counts, candidates)
             for unit, origin in pending:
