@@ -74,6 +74,24 @@ def test_initial_allocation_spreads_new_units() -> None:
     assert all(m.source is None for m in plan.moves)
 
 
+def test_move_budget_takes_from_the_fullest_first() -> None:
+    old = fleet(4)
+    assignment = {"m000": UNITS[:10], "m001": UNITS[10:16], "m002": UNITS[16:20], "m003": []}
+    plan = Balanced(BalancedOptions(max_moves=3)).plan(AllocationRequest(None, old, assignment))
+    assert plan.metrics.moves == 3
+    assert [m.source for m in plan.moves] == ["m000", "m000", "m000"]
+    assert {m.target for m in plan.moves} == {"m003"}
+    assert not plan.metrics.converged and plan.metrics.rounds is None
+    assert "budget" in plan.metrics.reasons[0]
+    # Units of a leaving member move regardless of the budget.
+    forced = Balanced(BalancedOptions(max_moves=0)).plan(
+        AllocationRequest(None, old[:3], assignment)
+    )
+    assert forced.metrics.moves == 0
+    gone = Balanced(BalancedOptions(max_moves=0)).plan(AllocationRequest(None, old[1:], assignment))
+    assert gone.metrics.moves == 10
+
+
 def test_capacity_proportional_counts() -> None:
     members = [Member("small", capacity=1), Member("big", capacity=3)]
     plan = Balanced().plan(AllocationRequest(UNITS[:100], members, {}))

@@ -169,21 +169,27 @@ def plan_counts(state: State, options: BalancedOptions) -> Plan:
     for i, held in enumerate(state.held):
         if not is_target[i] and held:
             pool.extend((u, i) for u in held if u not in state.in_progress)
-    kept = list(current)
+    # Each member's surplus over its quota, most recently placed units first (they have
+    # settled the least); under a move budget the fullest members give first.
+    surplus: dict[int, list[str]] = {}
     for k, i in enumerate(targets):
-        surplus = current[k] - quotas[k]
-        if surplus > 0:
-            # The most recently placed units go first: they have settled the least.
-            shed = [u for u in reversed(state.held[i]) if u not in state.in_progress][:surplus]
-            pool.extend((u, i) for u in shed)
-            kept[k] -= len(shed)
+        over = current[k] - quotas[k]
+        if over > 0:
+            shed = [u for u in reversed(state.held[i]) if u not in state.in_progress][:over]
+            if shed:
+                surplus[i] = shed
+    budget = sum(map(len, surplus.values()))
+    if options.max_moves is not None and options.max_moves < budget:
+        reasons.append(f"move budget {options.max_moves} reached: the next plan continues")
+        budget = options.max_moves
+    pool.extend(_fullest_first(surplus, budget))
 
     if targets:
-        _fill(builder, pool, targets, quotas, kept)
+        _fill(builder, pool, targets, quotas)
     counts = builder.counts()
     before = [state.count(i) for i in range(len(members))]
-    pinned = any(kept[k] > quotas[k] for k in range(len(targets)))
-    if pinned:
+    reached = all(counts[i] == quotas[k] for k, i in enumerate(targets))
+    if not reached and not any("budget" in r for r in reasons):
         reasons.append("units in hand-off held above their member's quota")
     metrics = PlanMetrics(
         units=state.total,
@@ -192,11 +198,28 @@ def plan_counts(state: State, options: BalancedOptions) -> Plan:
         lower_bound=count_lower_bound(state, targets, quotas),
         max_mean_before=count_ratio(before, state, targets),
         max_mean_after=count_ratio(counts, state, targets),
-        rounds=1 if builder.moves else 0,
-        converged=not pinned,
+        rounds=(1 if builder.moves else 0) if reached else None,
+        converged=reached,
         reasons=tuple(reasons),
     )
     return builder.build(metrics)
+
+
+def _fullest_first(surplus: dict[int, list[str]], budget: int) -> list[tuple[str, Origin]]:
+    """Up to ``budget`` surplus units, one at a time from the member with the most left."""
+    if budget >= sum(map(len, surplus.values())):
+        return [(u, i) for i, units in surplus.items() for u in units]
+    heap = [(-len(units), i) for i, units in surplus.items()]
+    heapq.heapify(heap)
+    taken: list[tuple[str, Origin]] = []
+    given = dict.fromkeys(surplus, 0)
+    while heap and len(taken) < budget:
+        left, i = heapq.heappop(heap)
+        taken.append((surplus[i][given[i]], i))
+        given[i] += 1
+        if left + 1 < 0:
+            heapq.heappush(heap, (left + 1, i))
+    return taken
 
 
 def _fill(
@@ -204,27 +227,30 @@ def _fill(
     pool: list[tuple[str, Origin]],
     targets: Sequence[int],
     quotas: Sequence[int],
-    kept: Sequence[int],
 ) -> None:
-    """Fills each target up to its quota from ``pool``; any rest (held-back hand-offs pushed a
-    member over quota) goes to the lowest count / capacity, by a heap."""
+    """Gives each pool unit to the target furthest below its quota; once every quota is met
+    (held-back hand-offs can leave extra units), to the lowest (count + 1) / capacity. Both by
+    lazy heaps: a popped entry whose key is stale is pushed back with its current key."""
     members = builder.state.members
-    deficits = [(i, quotas[k] - kept[k]) for k, i in enumerate(targets) if quotas[k] > kept[k]]
-    units = iter(pool)
-    for i, deficit in deficits:
-        for _ in range(deficit):
-            item = next(units, None)
-            if item is None:
-                return
-            builder.move(item[0], item[1], i)
-    rest = list(units)
-    if not rest:
-        return
     counts = builder.counts()
-    heap = [((counts[i] + 1) / members[i].capacity, i) for i in targets]
-    heapq.heapify(heap)
-    for unit, origin in rest:
-        _, i = heapq.heappop(heap)
-        builder.move(unit, origin, i)
+    short = [(counts[i] - quotas[k], i) for k, i in enumerate(targets)]
+    heapq.heapify(short)
+
+    def level(i: int) -> float:
+        return (counts[i] + 1) / members[i].capacity
+
+    spare = [(level(i), i) for i in targets]
+    heapq.heapify(spare)
+    for unit, origin in pool:
+        if short and short[0][0] < 0:
+            gap, i = heapq.heappop(short)
+            heapq.heappush(short, (gap + 1, i))
+        else:
+            while spare[0][0] != level(spare[0][1]):
+                heapq.heapreplace(spare, (level(spare[0][1]), spare[0][1]))
+            i = spare[0][1]
+        if isinstance(origin, int):
+            counts[origin] -= 1
         counts[i] += 1
-        heapq.heappush(heap, ((counts[i] + 1) / members[i].capacity, i))
+        heapq.heappush(spare, (level(i), i))
+        builder.move(unit, origin, i)
