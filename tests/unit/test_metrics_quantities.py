@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from apportion.api.podmetrics import (
     PodResources,
     ResourceUsage,
-    container_port,
+    container_ports,
     parse_quantity,
     pod_resources,
     pod_usage,
@@ -173,6 +173,5 @@ def test_named_container_ports() -> None:
         container(ports=[{"name": "http", "containerPort": 8080}]),
         container(ports=[{"name": "metrics", "containerPort": 9100}, {"containerPort": 7}]),
     )
-    assert container_port(p, "metrics") == 9100
-    assert container_port(p, "http") == 8080
-    assert container_port(p, "grpc") is None
+    assert container_ports(p) == {"http": 8080, "metrics": 9100}
+    assert container_ports({"spec": {}}) == {}

@@ -5,6 +5,7 @@ the reading.
     parse_quantity("12345n")                      # 1.2345e-05 (cores)
     pod_usage(pod_metrics_object).memory_bytes    # working set, summed over containers
     pod_resources(pod).cpu_capacity_cores         # limit, else request, else None
+    container_ports(pod)["metrics"]               # a named port's number
 """
 
 from __future__ import annotations
@@ -156,11 +157,12 @@ def pod_resources(pod: Mapping[str, Any]) -> PodResources:
     )
 
 
-def container_port(pod: Mapping[str, Any], name: str) -> int | None:
-    """The number of the container port called `name` (any container), as Services and probes
-    resolve named ports."""
-    for container in _running_containers(pod.get("spec") or {}):
-        for port in container.get("ports") or ():
-            if port.get("name") == name:
-                return int(port["containerPort"])
-    return None
+def container_ports(pod: Mapping[str, Any]) -> dict[str, int]:
+    """Named container ports of a Pod (all containers), for resolving a port given by name as
+    Services and probes do."""
+    return {
+        port["name"]: int(port["containerPort"])
+        for container in _running_containers(pod.get("spec") or {})
+        for port in container.get("ports") or ()
+        if port.get("name")
+    }
