@@ -428,7 +428,8 @@ class StepResult:
     stranded: int
     """Units left on members that are not ready, or with no member at all."""
     notes: tuple[str, ...]
-    """The strategy's reasons (rebalance paused, hot unit, ...), first seen first."""
+    """The strategy's reasons (rebalance paused, hot unit, ...) from the plans that moved, or
+    from the one plan when none moved; first seen first."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -522,9 +523,11 @@ def run_steps(
         plan: Plan | None = None
         while rounds < max_rounds:
             plan = planner.plan(request)
-            notes.update(dict.fromkeys(plan.metrics.reasons))
             if not plan.moves:
+                if not rounds:  # a plan that only confirms the last round has nothing to add
+                    notes.update(dict.fromkeys(plan.metrics.reasons))
                 break
+            notes.update(dict.fromkeys(plan.metrics.reasons))
             rounds += 1
             moves += len(plan.moves)
             if world.loads is not None:
