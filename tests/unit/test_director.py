@@ -304,3 +304,20 @@ def test_concurrent_placements_and_table_updates() -> None:
         t.join()
     assert errors == []
     assert sum(d.placements.values()) == 12000
+
+
+def test_samples_render_as_the_metrics_contract() -> None:
+    from apportion.api.metrics import WorkerMetrics, parse, render
+    from apportion.grains.director import METRIC_HELP
+
+    d = director(table(strategy={"name": "PreferLocal"}, version=3))
+    for i in range(3):
+        d.activated("carts", f"g/{i}")
+        d.place("carts", f"g/{i}")
+    d.deactivated("carts", "g/0")
+    text = render(d.samples(), helps=METRIC_HELP)
+    assert WorkerMetrics.parse(text).activations == {"carts": 2}
+    by_name = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parse(text)}
+    assert by_name["apportion_grain_placements", (("grain_type", "carts"), ("member", "w-0"))] == 3
+    assert by_name["apportion_grain_activations_started", (("grain_type", "carts"),)] == 3
+    assert by_name["apportion_grain_placement_table_version", (("graintype", "carts"),)] == 3

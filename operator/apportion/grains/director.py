@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from apportion.api.graintype import DEFAULT_GRAIN_TYPE
+from apportion.api.metrics import ACTIVATIONS, GRAIN_TYPE_LABEL, Sample
 from apportion.api.placement_table import PlacementTableDocument
 from apportion.engine.grains import (
     Explanation,
@@ -37,6 +38,16 @@ if TYPE_CHECKING:
     from apportion.grains.watch import TableWatch
 
 logger = logging.getLogger(__name__)
+
+PLACEMENTS = "apportion_grain_placements"
+STARTED = "apportion_grain_activations_started"
+TABLE_VERSION = "apportion_grain_placement_table_version"
+METRIC_HELP = {
+    PLACEMENTS: "Placements this worker decided, by grain type and chosen member (cumulative).",
+    STARTED: "Grain activations started on this worker, by grain type (cumulative).",
+    TABLE_VERSION: "Version of each GrainType's placement table this worker places with.",
+}
+"""Families the director serves besides `apportion_activations` (docs/placement-table.md)."""
 
 
 class NoPlacementTable(PlacementError):
@@ -407,3 +418,25 @@ class PlacementDirector:
                 "placements": dict(self.placements),
                 "tables": {n: p.doc.version for n, p in self._placers.items()},
             }
+
+    def samples(self) -> list[Sample]:
+        """What the worker serves on `/metrics` for grain placement: `apportion_activations`
+        (the metrics contract, read back by the operator into `activationCount`) and the
+        families of `METRIC_HELP`. Render with `apportion.api.metrics.render(samples,
+        helps=METRIC_HELP)`."""
+        counts = self.counts()
+        out = [
+            Sample(ACTIVATIONS, n, {GRAIN_TYPE_LABEL: t})
+            for t, n in sorted(counts["hosted"].items())
+        ]
+        out += [
+            Sample(STARTED, n, {GRAIN_TYPE_LABEL: t}) for t, n in sorted(counts["started"].items())
+        ]
+        out += [
+            Sample(PLACEMENTS, n, {GRAIN_TYPE_LABEL: t, "member": m})
+            for (t, m), n in sorted(counts["placements"].items())
+        ]
+        out += [
+            Sample(TABLE_VERSION, v, {"graintype": g}) for g, v in sorted(counts["tables"].items())
+        ]
+        return out
