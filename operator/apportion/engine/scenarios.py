@@ -516,7 +516,8 @@ def run_steps(
         targets, _ = target_members(state)
         # With loads only forced moves are a bound every strategy shares (module docstring).
         quotas = None if world.loads is None else [state.count(i) for i in targets]
-        lower_bound = count_lower_bound(state, targets, quotas)
+        # Nothing can move where no member can take units.
+        lower_bound = count_lower_bound(state, targets, quotas) if targets else 0
         moves = rounds = 0
         moved_load = 0.0
         notes: dict[str, None] = {}
