@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 EXIT_BAD_INPUT = 2
 
@@ -42,6 +43,34 @@ def run(args: argparse.Namespace) -> int:
     except AllocationError as exc:
         print(f"apportion plan: bad snapshot: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    json.dump(plan.to_json(), sys.stdout, indent=None if args.compact else 2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    document = plan.to_json()
+    if args.compact:
+        sys.stdout.write(json.dumps(document, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render(document))
     return 0
+
+
+def render(document: dict[str, Any]) -> str:
+    """The plan as JSON with one move and one member per line, for people reading it."""
+
+    def line(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    def block(items: list[str], open_: str, close: str) -> str:
+        if not items:
+            return open_ + close
+        return open_ + "\n" + ",\n".join(f"    {item}" for item in items) + "\n  " + close
+
+    parts = []
+    for key, value in document.items():
+        if key == "moves":
+            text = block([line(m) for m in value], "[", "]")
+        elif key == "assignment":
+            text = block([f"{line(m)}: {line(units)}" for m, units in value.items()], "{", "}")
+        elif key == "metrics":
+            text = block([f"{line(k)}: {line(v)}" for k, v in value.items()], "{", "}")
+        else:
+            text = line(value)
+        parts.append(f"  {line(key)}: {text}")
+    return "{\n" + ",\n".join(parts) + "\n}\n"
