@@ -1,24 +1,7 @@
-"""PartitionSet handlers.
-
-For now they acknowledge each generation: the spec parses, observedGeneration and Ready are
-set. Placement and publishing replace the body of `reconcile`.
-"""
-
-from __future__ import annotations
-
-from typing import Any
-
-import kopf
+"""PartitionSet: Netherite-style partitions, placed by the shared unit-set loop
+(`apportion.controllers.unitset`)."""
 
 from apportion.api import PartitionSet
-from apportion.controllers.status import parse_or_report, set_ready
+from apportion.controllers.unitset import register
 
-RESOURCE = (PartitionSet.group, PartitionSet.version, PartitionSet.crd.plural)
-
-
-@kopf.on.resume(*RESOURCE)
-@kopf.on.create(*RESOURCE)
-@kopf.on.update(*RESOURCE)
-async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    if parse_or_report(PartitionSet, body, patch) is not None:
-        set_ready(body, patch, ready=True, reason="Accepted", message="spec accepted")
+register(PartitionSet)

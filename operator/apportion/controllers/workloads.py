@@ -1,0 +1,127 @@
+"""Deployments and StatefulSets as the set daemons see them: their selectors (for `workloadRef`)
+and whether they are rolling out a new revision, from a kopf index (no GET per pass).
+
+A rollout is under way when a StatefulSet's currentRevision differs from its updateRevision, a
+Deployment still runs pods outside its newest ReplicaSet, or — with or without a workload — the
+members carry more than one revision hash. Pods of other revisions than the newest are older:
+they are about to be replaced, so strategies prefer the new ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from apportion.api.common import LabelSelector, WorkloadKind
+from apportion.controllers.pods import PodFact
+from apportion.controllers.wakeups import wakeups
+from apportion.engine.unitset import Rollout
+
+
+@dataclass(frozen=True)
+class WorkloadFact:
+    kind: str
+    name: str
+    selector: Mapping[str, Any] = field(default_factory=dict)
+    replicas: int = 0
+    status_replicas: int = 0
+    updated_replicas: int = 0
+    current_revision: str = ""
+    update_revision: str = ""
+
+    @classmethod
+    def from_body(cls, kind: str, body: Mapping[str, Any]) -> WorkloadFact:
+        spec = body.get("spec") or {}
+        status = body.get("status") or {}
+        return cls(
+            kind=kind,
+            name=body["metadata"]["name"],
+            selector=spec.get("selector") or {},
+            replicas=spec.get("replicas", 1),
+            status_replicas=status.get("replicas", 0),
+            updated_replicas=status.get("updatedReplicas", 0),
+            current_revision=status.get("currentRevision", ""),
+            update_revision=status.get("updateRevision", ""),
+        )
+
+    def label_selector(self) -> LabelSelector | None:
+        """The workload's pod selector; None if it selects nothing we can evaluate."""
+        try:
+            return LabelSelector.model_validate(self.selector)
+        except ValidationError:
+            return None
+
+
+WorkloadKey = tuple[str, str, str]
+"""(namespace, kind, name)."""
+
+
+@kopf.index("apps", "v1", "statefulsets")
+def apportion_statefulsets(
+    body: kopf.Body, namespace: str, name: str, **_: Any
+) -> dict[WorkloadKey, WorkloadFact]:
+    return {(namespace, "StatefulSet", name): WorkloadFact.from_body("StatefulSet", body)}
+
+
+@kopf.index("apps", "v1", "deployments")
+def apportion_deployments(
+    body: kopf.Body, namespace: str, name: str, **_: Any
+) -> dict[WorkloadKey, WorkloadFact]:
+    return {(namespace, "Deployment", name): WorkloadFact.from_body("Deployment", body)}
+
+
+@kopf.on.event("apps", "v1", "statefulsets")
+@kopf.on.event("apps", "v1", "deployments")
+async def workload_changed(namespace: str, **_: Any) -> None:
+    await wakeups.notify(namespace)
+
+
+def find_workload(
+    indexes: Mapping[WorkloadKind, Mapping[WorkloadKey, Any]],
+    namespace: str,
+    kind: WorkloadKind,
+    name: str,
+) -> WorkloadFact | None:
+    store = indexes[kind].get((namespace, kind.value, name))
+    return next(iter(store), None) if store is not None else None
+
+
+def rollout_of(workload: WorkloadFact | None, members: Sequence[PodFact]) -> Rollout:
+    """Whether a rollout is under way and which revision is the new one (see module doc)."""
+    revisions = {pod.revision for pod in members if pod.revision}
+    newest = max(members, key=lambda p: p.created).revision if members else ""
+    if workload is not None and workload.kind == "StatefulSet" and workload.update_revision:
+        new = workload.update_revision
+        if workload.current_revision != new or revisions - {new}:
+            updated = sum(1 for pod in members if pod.revision == new)
+            return Rollout(
+                True,
+                new,
+                f"StatefulSet {workload.name}: {updated} of {len(members)} member(s) "
+                f"at revision {new}",
+            )
+        return Rollout(new_revision=new)
+    if (
+        workload is not None
+        and workload.kind == "Deployment"
+        and (workload.updated_replicas < workload.status_replicas or len(revisions) > 1)
+    ):
+        updated = sum(1 for pod in members if pod.revision == newest)
+        return Rollout(
+            True,
+            newest or None,
+            f"Deployment {workload.name}: {updated} of {len(members)} "
+            f"member(s) at the newest pod template {newest}",
+        )
+    if len(revisions) > 1:
+        updated = sum(1 for pod in members if pod.revision == newest)
+        return Rollout(
+            True,
+            newest,
+            f"members run {len(revisions)} revisions; {updated} at the newest, {newest}",
+        )
+    return Rollout()

@@ -1,0 +1,548 @@
+"""One placement pass of a PartitionSet or ShardSet, and the status that reports it.
+
+A pass turns what the API server holds — the spec, the published assignment table, the worker
+pods (with their acks) and the workload's rollout state — into at most one new table: the
+allocation strategy says where every unit should live (`apportion.engine.allocation`), the pass
+holds back optional moves (rollout, rebalance interval, moves per round), and the fenced hand-off
+(`apportion.engine.handoff.step`) advances every unit one move towards that target. Pure: no I/O,
+no clock; the controller runs it whenever something it reads changes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from apportion.api.assignment import (
+    Ack,
+    AssignmentFormatError,
+    AssignmentTable,
+    SetRef,
+)
+from apportion.api.conditions import Condition, ConditionType, set_condition
+from apportion.api.unitset import MAX_MEMBER_ROWS, MetricsSource, UnitSetSpec
+from apportion.engine.allocation import (
+    AllocationError,
+    AllocationRequest,
+    Member,
+    Move,
+    Plan,
+    make_strategy,
+)
+from apportion.engine.allocation.from_spec import move_budget, strategy_spec
+from apportion.engine.handoff import HandoffDecision, LivePod, step
+
+NEW_REVISION = "1"
+OLD_REVISION = "0"
+"""Member versions during a rollout: strategies that prefer the newest version (LeastShards, as
+Akka) compare these, not revision hashes, which have no order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """A worker pod as a pass sees it. `ack`: raw text of this set's ack annotation."""
+
+    name: str
+    uid: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    ready: bool = True
+    terminating: bool = False
+    revision: str = ""
+    ack: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """The workload's rollout: while `rolling`, optional moves wait (pauseDuringRollout) and pods
+    of revisions other than `new_revision` are older."""
+
+    rolling: bool = False
+    new_revision: str | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Something only the operator can judge is wrong: reported as Degraded and in an Event."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class PassInput:
+    """Everything one pass decides from.
+
+    `pods`: selected worker pods that exist and have not terminated. `departed`: pods that still
+    exist and own units in `published` but are no longer selected; they hand their units off as
+    draining members would, since their processes may still serve them. `last_round`: when the
+    last rebalance round started (Unix seconds), None if never.
+    """
+
+    spec: UnitSetSpec
+    published: AssignmentTable
+    generation: int
+    pods: Sequence[PodView]
+    now: float
+    last_round: float | None = None
+    rollout: Rollout = Rollout()
+    loads: Mapping[str, float] | None = None
+    departed: Sequence[PodView] = ()
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What a pass decided.
+
+    `decision` is None when nothing may be decided (no members, an unusable strategy): the
+    published table stands. `plan`: the strategy's plan before moves were held back; `kept`:
+    the moves this pass makes; `held`: optional moves it leaves for a later round, and why.
+    """
+
+    decision: HandoffDecision | None
+    plan: Plan | None = None
+    kept: tuple[Move, ...] = ()
+    held: int = 0
+    hold_reason: str | None = None
+    round_started: bool = False
+    next_round: float | None = None
+    problems: tuple[Problem, ...] = ()
+    summary: str | None = None
+    imbalance: float | None = None
+
+    @property
+    def new_table(self) -> AssignmentTable | None:
+        return None if self.decision is None else self.decision.new_table
+
+    @property
+    def wake_at(self) -> float | None:
+        """When to run a pass again although nothing changed (hand-off timeout, next round)."""
+        times = [t for t in (self.decision and self.decision.wake_at, self.next_round) if t]
+        return min(times) if times else None
+
+
+def natural_key(name: str) -> tuple[Any, ...]:
+    """Orders pod names as people do: worker-2 before worker-10."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
+
+
+def parse_acks(
+    pods: Iterable[PodView],
+) -> tuple[dict[str, Ack], list[Problem]]:
+    """Each pod's ack, and a problem for every annotation that does not parse."""
+    acks: dict[str, Ack] = {}
+    problems: list[Problem] = []
+    for pod in pods:
+        if pod.ack is None:
+            continue
+        try:
+            acks[pod.name] = Ack.from_annotation(pod.ack)
+        except AssignmentFormatError as error:
+            problems.append(Problem("InvalidAck", f"pod {pod.name}: {error}"))
+    return acks, problems
+
+
+def _capacity(pod: PodView, label: str | None) -> tuple[float, Problem | None]:
+    if label is None or label not in pod.labels:
+        return 1.0, None
+    text = pod.labels[label]
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        return 1.0, Problem(
+            "InvalidCapacity",
+            f"pod {pod.name}: label {label}={text!r} is not a non-negative number; using 1",
+        )
+    return value, None
+
+
+def engine_members(inp: PassInput, acks: Mapping[str, Ack]) -> tuple[list[Member], list[Problem]]:
+    """The strategy's view of the pods, in natural name order."""
+    balanced = inp.spec.strategy.balanced
+    label = balanced.capacity_label if balanced is not None else None
+    new = inp.rollout.new_revision
+    members: list[Member] = []
+    problems: list[Problem] = []
+    departed = {pod.name for pod in inp.departed}
+    for pod in sorted([*inp.pods, *inp.departed], key=lambda p: natural_key(p.name)):
+        capacity, problem = _capacity(pod, label)
+        if problem:
+            problems.append(problem)
+        ack = acks.get(pod.name)
+        announced = ack is not None and ack.uid == pod.uid and ack.draining
+        version = "" if new is None else NEW_REVISION if pod.revision == new else OLD_REVISION
+        members.append(
+            Member(
+                name=pod.name,
+                labels=pod.labels,
+                capacity=capacity,
+                ready=pod.ready and not pod.terminating,
+                version=version,
+                draining=pod.terminating or announced or pod.name in departed,
+            )
+        )
+    return members, problems
+
+
+def intended_owners(
+    published: AssignmentTable, pods: Iterable[PodView]
+) -> tuple[dict[str, str], frozenset[str]]:
+    """unit → the live member it is with or on its way to, and the units in hand-off.
+
+    A releasing unit counts as already at its release target (the strategy must not undo a
+    move in flight); a unit whose owner is gone, or is a new incarnation of the same name, has
+    no owner: the strategy places it again.
+    """
+    uids = {pod.name: pod.uid for pod in pods}
+    known = published.member_uids
+
+    def alive(name: str | None) -> bool:
+        return name is not None and name in uids and uids[name] == known.get(name)
+
+    owners: dict[str, str] = {}
+    moving: set[str] = set()
+    for unit, state in published.units.items():
+        release = state.releasing
+        if release is not None and alive(release.to) and alive(state.owner):
+            owners[unit] = release.to
+            moving.add(unit)
+        elif alive(state.owner):
+            owners[unit] = state.owner  # type: ignore[assignment]
+    return owners, frozenset(moving)
+
+
+def allocation_request(
+    published: AssignmentTable,
+    members: Sequence[Member],
+    owners: Mapping[str, str],
+    moving: frozenset[str],
+    loads: Mapping[str, float] | None,
+) -> AllocationRequest:
+    """The strategy's request: every unit, each member's units oldest first (strategies shed
+    the most recently placed ones, which have settled the least)."""
+    held: dict[str, list[str]] = {m.name: [] for m in members}
+    for unit in published.unit_names:
+        owner = owners.get(unit)
+        if owner is not None:
+            held[owner].append(unit)
+    epochs = {unit: state.epoch for unit, state in published.units.items()}
+    assignment = {
+        name: sorted(units, key=lambda u: epochs[u]) for name, units in held.items() if units
+    }
+    return AllocationRequest(
+        units=list(published.unit_names),
+        members=members,
+        assignment=assignment,
+        loads=loads,
+        in_progress=moving,
+    )
+
+
+def _forced(move: Move, members: Mapping[str, Member]) -> bool:
+    """A move that may not wait: the unit has no owner, or its owner is leaving."""
+    source = members.get(move.source) if move.source is not None else None
+    return source is None or source.draining or source.capacity <= 0
+
+
+def imbalance(
+    owners: Mapping[str, str | None],
+    members: Sequence[Member],
+    loads: Mapping[str, float] | None = None,
+) -> float | None:
+    """Most loaded eligible member (per unit of capacity) over the mean; None without any.
+    Load when given, unit counts otherwise."""
+    eligible = {m.name: m for m in members if m.eligible}
+    if not eligible:
+        return None
+    totals: Counter[str] = Counter()
+    for unit, owner in owners.items():
+        if owner in eligible:
+            totals[owner] += 1.0 if loads is None else loads.get(unit, 0.0)
+    whole = sum(totals.values())
+    if whole <= 0:
+        return None
+    capacity = math.fsum(m.capacity for m in eligible.values())
+    mean = whole / capacity
+    return max(totals[name] / m.capacity for name, m in eligible.items()) / mean
+
+
+def plan_pass(inp: PassInput) -> PassResult:
+    """One pass: strategy plan, held-back optional moves, one hand-off step."""
+    spec, published, now = inp.spec, inp.published, inp.now
+    everyone = [*inp.pods, *inp.departed]
+    acks, problems = parse_acks(everyone)
+    if not inp.pods:
+        problems.insert(
+            0,
+            Problem(
+                "NoMembers",
+                "no worker pod matches the selector; the last published assignment is kept",
+            ),
+        )
+        return PassResult(decision=None, problems=tuple(problems))
+
+    members, member_problems = engine_members(inp, acks)
+    problems.extend(member_problems)
+    by_name = {m.name: m for m in members}
+    owners, moving = intended_owners(published, everyone)
+
+    # The strategy plans a full round (so the status can say what waits); the pass then keeps
+    # its optional moves only when a round may run now.
+    interval = spec.rebalance.interval.total_seconds()
+    hold_reason: str | None = None
+    next_round: float | None = None
+    round_budget = budget = move_budget(spec.rebalance, spec.units)
+    if spec.rebalance.pause_during_rollout and inp.rollout.rolling:
+        hold_reason, budget = f"rollout in progress: {inp.rollout.message}", 0
+    elif inp.last_round is not None and now < inp.last_round + interval:
+        next_round = inp.last_round + interval
+        hold_reason, budget = "waiting for the next rebalance round", 0
+
+    request = allocation_request(published, members, owners, moving, inp.loads)
+    try:
+        plan = make_strategy(strategy_spec(spec, budget=round_budget)).plan(request)
+    except AllocationError as error:
+        problems.insert(0, Problem("InvalidStrategy", str(error)))
+        return PassResult(decision=None, problems=tuple(problems))
+
+    kept: list[Move] = []
+    held = optional = 0
+    for move in plan.moves:
+        if _forced(move, by_name):
+            kept.append(move)
+        elif optional < budget:
+            kept.append(move)
+            optional += 1
+        else:
+            held += 1
+    if held and hold_reason is None:
+        hold_reason = f"at most {budget} unit(s) move per round (rebalance.maxMovesPerRound)"
+    if (held or not plan.metrics.converged) and next_round is None:
+        # More rounds to go (the strategy stopped at its own limit, or moves were held).
+        next_round = now + interval
+
+    target = dict(owners)
+    for move in kept:
+        target[move.unit] = move.target
+    live = {pod.name: LivePod(pod.uid, draining=pod.terminating) for pod in inp.pods}
+    live.update({pod.name: LivePod(pod.uid, draining=True) for pod in inp.departed})
+    decision = step(
+        published,
+        target,
+        acks,
+        live,
+        now,
+        spec.rebalance.handoff_timeout.total_seconds(),
+        generation=inp.generation,
+    )
+    current = imbalance(owners, members, inp.loads)
+    summary = None
+    if optional:
+        after = imbalance(target, members, inp.loads)
+        summary = _round_summary(kept, by_name, current, after, held, inp.loads is not None)
+    return PassResult(
+        decision=decision,
+        plan=plan,
+        kept=tuple(kept),
+        held=held,
+        hold_reason=hold_reason,
+        round_started=optional > 0 and decision.new_table is not None,
+        next_round=next_round if held or not plan.metrics.converged else None,
+        problems=tuple(problems),
+        summary=summary,
+        imbalance=current,
+    )
+
+
+def _round_summary(
+    kept: Sequence[Move],
+    members: Mapping[str, Member],
+    before: float | None,
+    after: float | None,
+    held: int,
+    by_load: bool,
+) -> str:
+    routes = Counter(
+        (m.source, m.target) for m in kept if m.source is not None and not _forced(m, members)
+    )
+    shown = ", ".join(f"{n} {src} → {dst}" for (src, dst), n in routes.most_common(6))
+    more = ", …" if len(routes) > 6 else ""
+    measure = "load" if by_load else "unit count"
+    figures = f"{_fmt(before)} → {_fmt(after)}"
+    rest = f"; {held} more wait for later rounds" if held else ""
+    return (
+        f"rebalancing {sum(routes.values())} unit(s) ({shown}{more}); max/mean {measure} "
+        f"{figures}{rest}"
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+# ------------------------------------------------------------------------------------ status
+
+
+@dataclass(frozen=True)
+class StatusInput:
+    """What the status reports: the table as published after this pass, and the pass."""
+
+    table: AssignmentTable
+    result: PassResult
+    pods: Sequence[PodView]
+    generation: int
+    config_map: str | None
+    conditions: Sequence[Condition | Mapping[str, Any]] = ()
+    last_round: float | None = None
+    metrics_source: MetricsSource = MetricsSource.COUNTS
+    loads: Mapping[str, float] | None = None
+    extra_problems: Sequence[Problem] = ()
+    now: datetime | None = None
+
+
+def unit_set_status(s: StatusInput) -> dict[str, Any]:
+    """The status (wire form, every field present so a merge patch clears stale ones)."""
+    table, result = s.table, s.result
+    live = {pod.name: pod for pod in s.pods}
+    uids = table.member_uids
+    held_by: dict[str, list[str]] = {}
+    owned = 0
+    for unit, state in table.units.items():
+        owner = state.owner
+        if owner is not None and owner in live and live[owner].uid == uids.get(owner):
+            held_by.setdefault(owner, []).append(unit)
+            owned += 1
+    releasing = sum(1 for state in table.units.values() if state.releasing is not None)
+    rows = sorted(
+        (
+            {
+                "member": name,
+                "units": len(units),
+                "load": None
+                if s.loads is None
+                else f"{sum(s.loads.get(u, 0.0) for u in units):.2f}",
+            }
+            for name, units in held_by.items()
+        ),
+        key=lambda r: (-(float(r["load"]) if r["load"] else r["units"]), natural_key(r["member"])),
+    )[:MAX_MEMBER_ROWS]
+    problems = [*result.problems, *s.extra_problems]
+    conditions = _conditions(s, owned, releasing, problems)
+    last_round = s.last_round
+    return {
+        "observedGeneration": s.generation,
+        "epoch": table.epoch,
+        "members": len(s.pods),
+        "readyMembers": sum(1 for name in held_by if live[name].ready),
+        "assignedUnits": owned,
+        "assignmentConfigMap": s.config_map,
+        "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
+        "movesInProgress": releasing,
+        "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
+        "metricsSource": s.metrics_source.value,
+        "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
+        "conditions": [c.to_json_dict() for c in conditions],
+    }
+
+
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _conditions(
+    s: StatusInput, owned: int, releasing: int, problems: Sequence[Problem]
+) -> list[Condition]:
+    result, total = s.result, len(s.table.units)
+    plan = result.plan
+    pending = 0 if plan is None else len(plan.moves)
+    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
+
+    if blocking is not None:
+        ready = (False, blocking.reason, blocking.message)
+    elif owned < total:
+        ready = (False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner")
+    else:
+        ready = (True, "Assigned", f"every unit has a live owner (epoch {s.table.epoch})")
+
+    if blocking is not None:
+        balanced = (False, blocking.reason, blocking.message)
+    elif releasing:
+        balanced = (False, "HandoffInProgress", f"{releasing} unit(s) being handed off")
+    elif pending and result.hold_reason:
+        balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
+    elif pending or (plan is not None and not plan.metrics.converged):
+        balanced = (False, "Rebalancing", f"{pending} move(s) planned")
+    else:
+        balanced = (True, "Balanced", f"max/mean {_fmt(result.imbalance)}")
+
+    if releasing:
+        progressing = (True, "HandoffInProgress", f"{releasing} unit(s) being handed off")
+    elif pending and blocking is None:
+        progressing = (True, "RebalancePending", result.hold_reason or "moves planned")
+    else:
+        progressing = (False, "Stable", "no moves under way")
+
+    if problems:
+        first = problems[0]
+        others = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+        degraded = (True, first.reason, first.message + others)
+    else:
+        degraded = (False, "AsExpected", "")
+
+    conditions: list[Condition] = list(s.conditions)  # type: ignore[arg-type]
+    for type_, (status, reason, message) in (
+        (ConditionType.READY, ready),
+        (ConditionType.BALANCED, balanced),
+        (ConditionType.PROGRESSING, progressing),
+        (ConditionType.DEGRADED, degraded),
+    ):
+        conditions = set_condition(
+            conditions,
+            type_=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=s.generation,
+            now=s.now,
+        )
+    return conditions
+
+
+_BLOCKING = frozenset({"NoMembers", "InvalidStrategy", "InvalidSpec", "WorkloadNotFound"})
+"""Problems that stop placement altogether (the published table stands)."""
+
+
+def initial_table(
+    set_ref: SetRef, spec: UnitSetSpec, generation: int, epoch: int = 0
+) -> AssignmentTable:
+    """Nobody owns anything, at `epoch` (the last epoch the status reported, so that a lost
+    ConfigMap never makes epochs go backwards)."""
+    table = AssignmentTable.initial(
+        set_ref, generation=generation, key_scheme=spec.key_scheme.value, count=spec.units
+    )
+    if epoch:
+        table = AssignmentTable(
+            set_ref, generation, table.key_scheme, table.count, epoch, (), table.units
+        )
+    return table
+
+
+__all__ = [
+    "PassInput",
+    "PassResult",
+    "PodView",
+    "Problem",
+    "Rollout",
+    "StatusInput",
+    "imbalance",
+    "initial_table",
+    "plan_pass",
+    "unit_set_status",
+]

@@ -1,0 +1,166 @@
+"""The assignment ConfigMaps of one set: read what is published, write a new table with
+optimistic concurrency (docs/assignment-format.md).
+
+The root ConfigMap's resourceVersion fences writers: a write carries the version it read, so a
+second operator replica (or a stale pass of this one) that read an older table gets a conflict
+instead of overwriting a newer one. Chunks of big tables are written first under names carrying
+their epoch and swept once the root that points at them is replaced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import ConfigMap
+
+from apportion import API_VERSION
+from apportion.api.assignment import (
+    AssignmentTable,
+    ConfigMapPayload,
+    IncompleteAssignment,
+    SetRef,
+    chunk_suffixes,
+    decode_assignment,
+    encode_assignment,
+)
+
+logger = logging.getLogger(__name__)
+
+SET_KIND_LABEL = "apportion.dev/set-kind"
+SET_NAME_LABEL = "apportion.dev/set-name"
+PART_LABEL = "apportion.dev/part"
+READ_ATTEMPTS = 5
+
+
+class PublishConflict(Exception):
+    """The root ConfigMap is not the version this store last read: reload, decide again."""
+
+
+def owner_reference(set_ref: SetRef) -> dict[str, Any]:
+    """The set as controller of its ConfigMaps, so garbage collection and GitOps tools treat
+    them as its children."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": set_ref.kind,
+        "name": set_ref.name,
+        "uid": set_ref.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+class AssignmentStore:
+    """Reads and writes the ConfigMaps holding one set's assignment (root `name`)."""
+
+    def __init__(self, client: AsyncClient, set_ref: SetRef, name: str) -> None:
+        self.client = client
+        self.set_ref = set_ref
+        self.name = name
+        self._version: str | None = None
+        self._chunks: tuple[str, ...] = ()
+
+    async def load(self) -> AssignmentTable | None:
+        """The published table, or None when there is none for this very set (absent, or left
+        by an earlier set of the same name). Remembers the root's version for the next write."""
+        for attempt in range(READ_ATTEMPTS):
+            root = await self._get(self.name)
+            if root is None:
+                self._version, self._chunks = None, ()
+                return None
+            payload = ConfigMapPayload.from_configmap(root, self.name)
+            suffixes = chunk_suffixes(payload)
+            chunks = [await self._get(self.name + s) for s in suffixes]
+            try:
+                table = decode_assignment(
+                    [payload, *(ConfigMapPayload.from_configmap(c, self.name) for c in chunks if c)]
+                )
+            except IncompleteAssignment:
+                # A write replaced the root between our reads: its chunks are newer.
+                if attempt + 1 == READ_ATTEMPTS:
+                    raise
+                await asyncio.sleep(0.1 * (attempt + 1))
+                continue
+            self._version = root["metadata"]["resourceVersion"]
+            self._chunks = suffixes
+            if table.set_ref.uid != self.set_ref.uid:
+                logger.info(
+                    "ConfigMap %s belongs to an earlier %s; starting over",
+                    self.name,
+                    self.set_ref.kind,
+                )
+                return None
+            return table
+        raise AssertionError("unreachable")
+
+    async def publish(self, table: AssignmentTable) -> None:
+        """Write `table`: chunks (if any) first, then the root, conditionally on the version
+        read or written last. Raises PublishConflict when someone else wrote in between."""
+        root, *chunks = encode_assignment(table)
+        for chunk in chunks:
+            await self._put_chunk(chunk)
+        body = self._body(root, "root")
+        try:
+            if self._version is None:
+                written = await self.client.create(body)
+            else:
+                body.metadata.resourceVersion = self._version
+                written = await self.client.replace(body)
+        except ApiError as error:
+            if error.status.code in (404, 409):
+                raise PublishConflict(
+                    f"ConfigMap {self.name} changed since it was read ({error.status.reason})"
+                ) from error
+            raise
+        self._version = written.metadata.resourceVersion
+        stale = set(self._chunks) - {c.suffix for c in chunks}
+        self._chunks = tuple(c.suffix for c in chunks)
+        for suffix in stale:
+            await self._delete(self.name + suffix)
+
+    def _body(self, payload: ConfigMapPayload, part: str) -> ConfigMap:
+        return ConfigMap.from_dict(
+            {
+                "metadata": {
+                    "name": self.name + payload.suffix,
+                    "namespace": self.set_ref.namespace,
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "apportion",
+                        SET_KIND_LABEL: self.set_ref.kind,
+                        SET_NAME_LABEL: self.set_ref.name,
+                        PART_LABEL: part,
+                    },
+                    "ownerReferences": [owner_reference(self.set_ref)],
+                },
+                **payload.body(),
+            }
+        )
+
+    async def _put_chunk(self, chunk: ConfigMapPayload) -> None:
+        body = self._body(chunk, "chunk")
+        try:
+            await self.client.create(body)
+        except ApiError as error:
+            if error.status.code != 409:
+                raise
+            # Left by an attempt at the same epoch that lost a conflict: same name, new bytes.
+            await self.client.replace(body)
+
+    async def _get(self, name: str) -> Mapping[str, Any] | None:
+        try:
+            found = await self.client.get(ConfigMap, name, namespace=self.set_ref.namespace)
+        except ApiError as error:
+            if error.status.code == 404:
+                return None
+            raise
+        return found.to_dict()
+
+    async def _delete(self, name: str) -> None:
+        try:
+            await self.client.delete(ConfigMap, name, namespace=self.set_ref.namespace)
+        except ApiError as error:
+            if error.status.code != 404:
+                logger.warning("Could not delete stale chunk ConfigMap %s: %s", name, error)

@@ -1,0 +1,345 @@
+"""One placement pass of a unit set (apportion.engine.unitset): strategy plan, moves held back
+for rollouts, intervals and budgets, the hand-off step, and the status that reports it."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apportion.api import PartitionSet, ShardSet
+from apportion.api.assignment import AssignmentTable, Member, SetRef
+from apportion.engine.allocation import Member as EngineMember
+from apportion.engine.handoff import Reason, make_ack
+from apportion.engine.unitset import (
+    PassInput,
+    PassResult,
+    PodView,
+    Rollout,
+    StatusInput,
+    imbalance,
+    initial_table,
+    plan_pass,
+    unit_set_status,
+)
+
+REF = SetRef("PartitionSet", "ns", "demo", "set-uid")
+
+
+def pset(**spec: Any) -> Any:
+    body = {"partitions": 32, "selector": {"matchLabels": {"app": "w"}}, **spec}
+    return PartitionSet.model_validate({"metadata": {"name": "demo"}, "spec": body}).spec
+
+
+def sset(**spec: Any) -> Any:
+    body = {"shards": 1000, "selector": {"matchLabels": {"app": "w"}}, **spec}
+    return ShardSet.model_validate({"metadata": {"name": "carts"}, "spec": body}).spec
+
+
+def pods(*names: str, **changes: Any) -> list[PodView]:
+    return [PodView(name, f"uid-{name}", **changes) for name in names]
+
+
+def workers(n: int) -> list[PodView]:
+    return pods(*(f"w-{i}" for i in range(n)))
+
+
+def run(
+    spec: Any, table: AssignmentTable, members: list[PodView], now: float = 1000.0, **kw: Any
+) -> PassResult:
+    return plan_pass(PassInput(spec, table, 1, members, now=now, **kw))
+
+
+def counts(table: AssignmentTable) -> dict[str, int]:
+    return {name: len(units) for name, units in table.by_member().items()}
+
+
+def acked(table: AssignmentTable, members: list[PodView]) -> list[PodView]:
+    """Every member acknowledges every release `table` asks of it (as the worker rule does)."""
+    return [
+        PodView(
+            p.name,
+            p.uid,
+            p.labels,
+            p.ready,
+            p.terminating,
+            p.revision,
+            make_ack(table, Member(p.name, p.uid)).to_annotation(),
+        )
+        if p.name in table.member_uids
+        else p
+        for p in members
+    ]
+
+
+def settle(
+    spec: Any, table: AssignmentTable, members: list[PodView], now: float, limit: int = 200
+) -> tuple[AssignmentTable, list[PassResult]]:
+    """Passes with instant acks until nothing changes; the time moves one interval per pass."""
+    results = []
+    for _ in range(limit):
+        result = run(spec, table, acked(table, members), now)
+        results.append(result)
+        if result.new_table is None:
+            return table, results
+        table = result.new_table
+        now += spec.rebalance.interval.total_seconds()
+    raise AssertionError("no fixed point")
+
+
+@pytest.fixture
+def spec() -> Any:
+    return pset(rebalance={"interval": "1s", "handoffTimeout": "5s"})
+
+
+@pytest.fixture
+def balanced4(spec: Any) -> AssignmentTable:
+    result = run(spec, initial_table(REF, spec, 1), workers(4))
+    assert result.new_table is not None
+    return result.new_table
+
+
+def test_first_pass_assigns_every_unit_evenly(spec: Any) -> None:
+    result = run(spec, initial_table(REF, spec, 1), workers(4))
+    table = result.new_table
+    assert table is not None and table.epoch == 1
+    assert counts(table) == {"w-0": 8, "w-1": 8, "w-2": 8, "w-3": 8}
+    assert {e.reason for e in result.decision.events} == {Reason.ASSIGNED}
+    assert not result.round_started, "placing unowned units is not a rebalance round"
+
+
+def test_scale_out_moves_the_minimum_through_releases(spec: Any, balanced4: AssignmentTable):
+    members = workers(5)
+    result = run(spec, balanced4, members)
+    assert len(result.kept) == 6 and result.held == 0 and result.round_started
+    table = result.new_table
+    assert table.epoch == 2 and len(table.releasing()) == 6
+    assert {r.to for r in table.releasing().values()} == {"w-4"}
+    assert counts(table)["w-4"] == 0, "nothing changes hands before the owners acknowledge"
+    assert "rebalancing 6 unit(s)" in result.summary
+
+    done = run(spec, table, acked(table, members), now=1000.5)
+    final = done.new_table
+    assert sorted(counts(final).values()) == [6, 6, 6, 7, 7]
+    assert {e.reason for e in done.decision.events} == {Reason.HANDOFF_COMPLETED}
+    assert all(final.units[u].epoch == 3 for u in table.releasing())
+
+
+def test_unacknowledged_release_is_forced_after_the_timeout(spec, balanced4) -> None:
+    members = workers(5)
+    table = run(spec, balanced4, members).new_table
+    waiting = run(spec, table, members, now=1004.0)
+    assert waiting.new_table is None and waiting.decision.wake_at == 1005.0
+    forced = run(spec, table, members, now=1005.0)
+    assert {e.reason for e in forced.decision.events} == {Reason.HANDOFF_TIMED_OUT}
+    assert counts(forced.new_table)["w-4"] == 6
+
+
+def test_units_of_a_gone_pod_move_at_once_even_when_rebalancing_is_held(spec, balanced4):
+    survivors = workers(4)[:3]
+    rolling = Rollout(True, "rev-2", "rolling")
+    result = run(spec, balanced4, survivors, last_round=999.9, rollout=rolling)
+    table = result.new_table
+    assert {e.reason for e in result.decision.events} == {Reason.OWNER_GONE}
+    assert "w-3" not in counts(table) and sum(counts(table).values()) == 32
+    assert result.hold_reason.startswith("rollout in progress")
+
+
+def test_a_new_incarnation_of_the_same_name_does_not_inherit_units(spec, balanced4) -> None:
+    members = workers(4)
+    members[3] = PodView("w-3", "uid-w-3-again")
+    result = run(spec, balanced4, members)
+    gone = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
+    assert gone and all(e.source == "w-3" for e in gone)
+    assert result.new_table.member_uids["w-3"] == "uid-w-3-again"
+
+
+def test_rollout_holds_optional_moves_unless_told_not_to(balanced4) -> None:
+    rolling = Rollout(True, "rev-2", "StatefulSet w: 1 of 5 member(s) at revision rev-2")
+    held_spec = pset(rebalance={"interval": "1s"})
+    held = run(held_spec, balanced4, workers(5), rollout=rolling)
+    assert held.new_table.releasing() == {} and held.held == 6
+    assert "StatefulSet w" in held.hold_reason
+
+    free_spec = pset(rebalance={"interval": "1s", "pauseDuringRollout": False})
+    free = run(free_spec, balanced4, workers(5), rollout=rolling)
+    assert len(free.new_table.releasing()) == 6
+
+
+def test_a_round_waits_for_the_interval(spec, balanced4) -> None:
+    early = run(spec, balanced4, workers(5), now=1000.0, last_round=999.5)
+    assert early.held == 6 and early.next_round == 1000.5 and early.wake_at == 1000.5
+    on_time = run(spec, balanced4, workers(5), now=1000.5, last_round=999.5)
+    assert on_time.held == 0 and on_time.round_started
+
+
+def test_max_moves_per_round_bounds_optional_moves(balanced4) -> None:
+    spec = pset(rebalance={"interval": "1s", "maxMovesPerRound": 2})
+    result = run(spec, balanced4, workers(5))
+    assert len(result.new_table.releasing()) == 2
+    assert not result.plan.metrics.converged and result.next_round == 1001.0
+    table, _ = settle(spec, balanced4, workers(5), now=1000.0)
+    assert sorted(counts(table).values()) == [6, 6, 6, 7, 7]
+
+
+def test_zero_moves_per_round_still_places_units_of_gone_pods(balanced4) -> None:
+    spec = pset(rebalance={"maxMovesPerRound": 0})
+    result = run(spec, balanced4, workers(3))
+    assert sum(counts(result.new_table).values()) == 32
+    assert run(spec, result.new_table, workers(4)).new_table.releasing() == {}
+
+
+def test_no_members_keeps_the_published_table_and_says_why(spec, balanced4) -> None:
+    result = run(spec, balanced4, [])
+    assert result.decision is None and result.new_table is None
+    assert [p.reason for p in result.problems] == ["NoMembers"]
+    status = unit_set_status(StatusInput(balanced4, result, [], 1, "cm"))
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Degraded"]["status"] == "True"
+    assert conditions["Degraded"]["reason"] == "NoMembers"
+    assert conditions["Ready"]["status"] == "False"
+    assert status["epoch"] == balanced4.epoch
+
+
+def test_a_pod_no_longer_selected_hands_its_units_off(spec, balanced4) -> None:
+    selected = workers(4)[:3]
+    departed = workers(4)[3:]
+    result = run(spec, balanced4, selected, departed=departed)
+    releases = result.new_table.releasing()
+    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-3"}
+    assert counts(result.new_table)["w-3"] == 8, "kept until w-3 acknowledges"
+
+
+def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None:
+    members = workers(4)
+    me = Member("w-0", "uid-w-0")
+    ack = make_ack(balanced4, me, draining=True).to_annotation()
+    members[0] = PodView("w-0", "uid-w-0", ack=ack)
+    releases = run(spec, balanced4, members).new_table.releasing()
+    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-0"}
+
+
+def test_terminating_pods_are_drained_at_once(spec, balanced4) -> None:
+    members = workers(4)
+    members[1] = PodView("w-1", "uid-w-1", terminating=True)
+    result = run(spec, balanced4, members, last_round=999.9)
+    assert len(result.new_table.releasing()) == 8, "forced moves do not wait for a round"
+
+
+def test_invalid_ack_is_reported(spec, balanced4) -> None:
+    members = workers(4)
+    members[2] = PodView("w-2", "uid-w-2", ack="{not json")
+    result = run(spec, balanced4, members)
+    assert [p.reason for p in result.problems] == ["InvalidAck"]
+    assert "w-2" in result.problems[0].message
+
+
+def test_capacity_label_weighs_members() -> None:
+    spec = pset(strategy={"name": "Balanced", "balanced": {"capacityLabel": "cap"}})
+    members = [PodView("a", "ua", {"cap": "3"}), PodView("b", "ub", {"cap": "1"})]
+    table = run(spec, initial_table(REF, spec, 1), members).new_table
+    assert counts(table) == {"a": 24, "b": 8}
+    bad = [PodView("a", "ua", {"cap": "lots"}), PodView("b", "ub")]
+    result = run(spec, initial_table(REF, spec, 1), bad)
+    assert [p.reason for p in result.problems] == ["InvalidCapacity"]
+
+
+def test_least_shards_moves_at_most_its_limit_per_round_and_converges() -> None:
+    spec = sset(
+        strategy={
+            "name": "LeastShards",
+            "leastShards": {"absoluteLimit": 20, "relativeLimitPercent": 10},
+        },
+        rebalance={"interval": "1s", "maxMovesPerRound": "100%"},
+    )
+    ref = SetRef("ShardSet", "ns", "carts", "uid")
+    table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
+    assert sorted(counts(table).values()) == [333, 333, 334]
+    table, results = settle(spec, table, workers(4), now=2000.0)
+    rounds = [r for r in results if r.round_started]
+    assert all(len(r.kept) <= 20 for r in rounds)
+    assert len(rounds) == 13  # ⌈250 / 20⌉: Akka moves at most 20 shards per round
+    assert sorted(counts(table).values()) == [250, 250, 250, 250]
+
+
+def test_rollout_prefers_new_revision_members_for_least_shards() -> None:
+    spec = sset(strategy={"name": "LeastShards"})
+    ref = SetRef("ShardSet", "ns", "carts", "uid")
+    table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
+    members = [
+        PodView("w-0", "uid-w-0", revision="old"),
+        PodView("w-1", "uid-w-1", revision="old"),
+        PodView("w-3", "uid-w-3", revision="new"),
+    ]
+    result = run(spec, table, members, rollout=Rollout(True, "new", "rolling"))
+    moved = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
+    assert {e.target for e in moved} == {"w-3"}, "w-2's shards go to the new revision"
+
+
+def test_epochs_continue_from_the_reported_epoch() -> None:
+    spec = pset()
+    table = initial_table(REF, spec, 1, epoch=41)
+    assert run(spec, table, workers(2)).new_table.epoch == 42
+
+
+def test_status_of_a_balanced_set() -> None:
+    spec = pset()
+    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    members = workers(4)
+    result = run(spec, table, members)
+    status = unit_set_status(StatusInput(table, result, members, 1, "demo-cm", last_round=0.0))
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions == {
+        "Ready": ("True", "Assigned"),
+        "Balanced": ("True", "Balanced"),
+        "Progressing": ("False", "Stable"),
+        "Degraded": ("False", "AsExpected"),
+    }
+    assert status["imbalance"] == "1.00" and status["movesInProgress"] == 0
+    assert status["members"] == status["readyMembers"] == 4 and status["assignedUnits"] == 32
+    assert [r["units"] for r in status["memberUnits"]] == [8, 8, 8, 8]
+    assert status["lastRebalanceTime"] == "1970-01-01T00:00:00Z"
+
+
+def test_status_while_handing_off() -> None:
+    spec = pset()
+    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    result = run(spec, table, workers(5))
+    status = unit_set_status(StatusInput(result.new_table, result, workers(5), 1, "cm"))
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions["Balanced"] == ("False", "HandoffInProgress")
+    assert conditions["Progressing"] == ("True", "HandoffInProgress")
+    assert status["movesInProgress"] == 6 and status["imbalance"] == "1.25"
+
+
+def test_imbalance_by_counts_and_by_load() -> None:
+    members = [EngineMember("a"), EngineMember("b")]
+    owners = {"0": "a", "1": "a", "2": "a", "3": "b"}
+    assert imbalance(owners, members) == pytest.approx(1.5)
+    assert imbalance(owners, members, {"0": 1, "1": 1, "2": 1, "3": 9}) == pytest.approx(1.5)
+    assert imbalance({}, members) is None
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 7), min_size=1, max_size=8), min_size=1, max_size=6))
+def test_every_membership_settles_balanced_with_one_owner_per_unit(changes) -> None:
+    """Whatever the sequence of memberships, passes with acknowledging workers reach a table
+    where every unit belongs to one current member, counts differ by at most one, and epochs
+    only grew on the way."""
+    spec = pset(rebalance={"interval": "1s", "maxMovesPerRound": 3})
+    table = initial_table(REF, spec, 1)
+    now = 1000.0
+    for alive in changes:
+        members = pods(*(f"w-{i}" for i in sorted(alive)))
+        before = table.epoch
+        table, results = settle(spec, table, members, now)
+        now += len(results) + 1
+        assert table.epoch >= before
+        owners = Counter(state.owner for state in table.units.values())
+        assert set(owners) <= {m.name for m in members} and None not in owners
+        assert max(owners.values()) - min(owners.values()) <= 1
+        assert len(owners) == len(members) or len(members) > 32
+        assert not table.releasing()
