@@ -34,7 +34,7 @@ class Member:
     """
 
     name: str
-    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     capacity: float = 1.0
     ready: bool = True
     version: str = ""
