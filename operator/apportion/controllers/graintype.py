@@ -1,24 +1,46 @@
-"""GrainType handlers.
-
-For now they acknowledge each generation: the spec parses, observedGeneration and Ready are
-set. Placement and publishing replace the body of `reconcile`.
-"""
+"""GrainType handlers: one publishing daemon per GrainType (`graintypes.loop`), woken by changes
+of the GrainType and of the pods of its namespace, and an index of which grain types each
+GrainType claims (for the conflict check). No change handlers: the daemon is level-triggered and
+writes status itself, so kopf keeps no bookkeeping annotations on GrainTypes."""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import kopf
 
 from apportion.api import GrainType
-from apportion.controllers.status import parse_or_report, set_ready
+from apportion.controllers.graintypes.loop import GrainTypeLoop
+from apportion.controllers.pods import PodFact
+from apportion.controllers.wakeups import wakeups
 
 RESOURCE = (GrainType.group, GrainType.version, GrainType.crd.plural)
 
 
-@kopf.on.resume(*RESOURCE)
-@kopf.on.create(*RESOURCE)
-@kopf.on.update(*RESOURCE)
-async def reconcile(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    if parse_or_report(GrainType, body, patch) is not None:
-        set_ready(body, patch, ready=True, reason="Accepted", message="spec accepted")
+@kopf.index(*RESOURCE)
+def apportion_graintypes(
+    name: str, namespace: str, spec: kopf.Spec, **_: Any
+) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """namespace → (GrainType name, grain types it places)."""
+    return {namespace: (name, tuple(spec.get("grainTypes") or (name,)))}
+
+
+@kopf.on.event(*RESOURCE, id="wake")
+async def graintype_changed(namespace: str, **_: Any) -> None:
+    await wakeups.notify(namespace)
+
+
+# A pass in flight is cancelled after the backoff, which is safe: the table write is
+# conditional and the next daemon continues from what is published.
+@kopf.daemon(*RESOURCE, id="publish", cancellation_backoff=1.0, cancellation_timeout=10.0)
+async def publish(
+    body: kopf.Body,
+    logger: logging.Logger,
+    stopped: kopf.DaemonStopped,
+    apportion_pods: kopf.Index[str, PodFact],
+    apportion_graintypes: kopf.Index[str, Any],
+    **_: Any,
+) -> None:
+    indexes = {"apportion_pods": apportion_pods, "apportion_graintypes": apportion_graintypes}
+    await GrainTypeLoop(body, indexes, logger).run(stopped)

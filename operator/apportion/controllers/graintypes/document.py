@@ -1,0 +1,242 @@
+"""The placement table a GrainType should have now, and the status that goes with it: pure
+functions of the GrainType, its pods (from the pod index) and their smoothed load (from the
+metrics collector)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from apportion.api.conditions import ConditionType, dump_conditions, set_condition
+from apportion.api.graintype import DEFAULT_GRAIN_TYPE, GrainStrategyName, GrainType
+from apportion.api.placement_table import (
+    GrainTypeRef,
+    PlacementTableDocument,
+    TableMember,
+    TableStats,
+    configmap_name,
+)
+from apportion.controllers.pods import PodFact
+from apportion.engine.grains import LoadShedding, MemberStats
+
+LOAD_AWARE = frozenset(
+    {GrainStrategyName.ACTIVATION_COUNT_BASED, GrainStrategyName.RESOURCE_OPTIMIZED}
+)
+
+
+def is_compatible(pod: PodFact) -> bool:
+    """A member that may take new activations: Ready, neither terminating nor finished."""
+    return pod.ready and not pod.terminating and not pod.terminal
+
+
+def is_default(graintype: GrainType) -> bool:
+    return graintype.metadata.name == DEFAULT_GRAIN_TYPE
+
+
+def member_stats(stats: MemberStats, shedding: LoadShedding) -> TableStats:
+    """The published statistics of one member: the collector's smoothed figures (rounded, so
+    the table does not carry noise digits), with the load-shedding thresholds applied to the
+    overloaded flag so that readers need not know them."""
+    return TableStats(
+        cpu_usage=round(stats.cpu_usage, 2),
+        memory_usage=round(stats.memory_usage, 2),
+        available_memory=stats.available_memory,
+        max_available_memory=stats.max_available_memory,
+        activation_count=stats.activation_count,
+        cpu_count=stats.cpu_count,
+        overloaded=shedding.is_overloaded(stats),
+    )
+
+
+def counted_grain_types(graintype: GrainType) -> list[str] | None:
+    """Whose activations a member's count holds: the GrainType's own grain types; for the
+    `default` GrainType every activation (None: Orleans' member-wide count)."""
+    return None if is_default(graintype) else graintype.grain_type_names()
+
+
+def build_document(
+    graintype: GrainType,
+    members: Iterable[PodFact],
+    stats: Mapping[str, MemberStats],
+    *,
+    version: int,
+    now: datetime,
+) -> PlacementTableDocument:
+    """The table for `members` (compatible pods of the GrainType) and their smoothed
+    statistics (members without any are published without `stats`)."""
+    spec = graintype.spec
+    shedding = LoadShedding.from_dict(spec.load_shedding.model_dump(by_alias=True))
+    meta = graintype.metadata
+    table_members = []
+    for pod in sorted(members, key=lambda p: p.name):
+        figures = stats.get(pod.name)
+        table_members.append(
+            TableMember(
+                name=pod.name,
+                address=pod.ref.ip if pod.ref is not None else None,
+                labels=dict(pod.labels),
+                stats=None if figures is None else member_stats(figures, shedding),
+            )
+        )
+    return PlacementTableDocument(
+        grain_type=GrainTypeRef(
+            namespace=meta.namespace or "",
+            name=meta.name or "",
+            uid=meta.uid or "",
+            generation=meta.generation or 0,
+        ),
+        grain_types=graintype.grain_type_names(),
+        default=is_default(graintype),
+        version=version,
+        published_at=now,
+        strategy=spec.strategy,
+        filters=list(spec.filters),
+        load_shedding=spec.load_shedding,
+        members=table_members,
+    )
+
+
+# ---------------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a GrainType is Degraded (and, when `blocking`, not Ready)."""
+
+    reason: str
+    message: str
+    blocking: bool = False
+
+
+def problems(
+    graintype: GrainType,
+    selected: Sequence[PodFact],
+    published: PlacementTableDocument | None,
+    *,
+    conflicts: Mapping[str, Sequence[str]] | None = None,
+    error: str | None = None,
+) -> list[Problem]:
+    """What only the operator can judge, most serious first. `conflicts` maps each of this
+    GrainType's grain types to the other GrainTypes of the namespace that claim it too;
+    `error` is a failure to publish (the last good table stays)."""
+    found: list[Problem] = []
+    if error is not None:
+        found.append(Problem("PublishFailed", error, blocking=True))
+    members = published.members if published is not None else []
+    if not selected:
+        found.append(
+            Problem(
+                "NoMembers",
+                f"no pod matches the selector {graintype.spec.selector.to_query()!r}",
+                blocking=True,
+            )
+        )
+    elif not members:
+        found.append(
+            Problem(
+                "NoCompatibleMembers",
+                f"{len(selected)} pods selected, none Ready: new activations cannot be placed",
+                blocking=True,
+            )
+        )
+    elif all(m.stats is not None and m.stats.overloaded for m in members):
+        found.append(
+            Problem(
+                "AllMembersOverloaded",
+                f"all {len(members)} compatible members are above a load-shedding threshold: "
+                "load-aware strategies place nothing",
+            )
+        )
+    elif graintype.spec.strategy.name in LOAD_AWARE and all(m.stats is None for m in members):
+        found.append(
+            Problem(
+                "NoStatistics",
+                f"no member has reported load yet; {graintype.spec.strategy.name} places at "
+                "random until one does (check spec.metrics)",
+            )
+        )
+    clashes = {t: others for t, others in (conflicts or {}).items() if others}
+    if clashes:
+        text = "; ".join(
+            f"{t!r} also claimed by {', '.join(o)}" for t, o in sorted(clashes.items())
+        )
+        found.append(
+            Problem(
+                "GrainTypeConflict",
+                f"{text}: workers use the GrainType whose name sorts first",
+            )
+        )
+    return found
+
+
+def build_status(
+    graintype: GrainType,
+    selected: Sequence[PodFact],
+    published: PlacementTableDocument | None,
+    found: Sequence[Problem],
+    *,
+    conditions: Iterable[Mapping[str, Any]],
+    last_publish_time: str | None,
+) -> dict[str, Any]:
+    """The status patch: counts, table reference and conditions (updated from `conditions`, the
+    ones the object has)."""
+    generation = graintype.metadata.generation
+    members = published.members if published is not None else []
+    blocking = next((p for p in found if p.blocking), None)
+    if blocking is not None:
+        ready = (False, blocking.reason, blocking.message)
+    elif published is None:
+        ready = (False, "Pending", "the placement table is not written yet")
+    else:
+        ready = (
+            True,
+            "Published",
+            f"placement table version {published.version} with {len(members)} compatible members",
+        )
+    conditions = set_condition(
+        conditions,
+        type_=ConditionType.READY,
+        status=ready[0],
+        reason=ready[1],
+        message=ready[2],
+        observed_generation=generation,
+    )
+    worst = found[0] if found else None
+    conditions = set_condition(
+        conditions,
+        type_=ConditionType.DEGRADED,
+        status=worst is not None,
+        reason=worst.reason if worst else "AsExpected",
+        message="; ".join(p.message for p in found) if found else "",
+        observed_generation=generation,
+    )
+    name = graintype.metadata.name or ""
+    return {
+        "observedGeneration": generation,
+        "members": len(selected),
+        "compatibleMembers": len(members),
+        "overloadedMembers": len(published.overloaded_members()) if published else 0,
+        "tableVersion": published.version if published else None,
+        "placementTable": configmap_name(name) if published else None,
+        "lastPublishTime": last_publish_time,
+        "conditions": dump_conditions(conditions),
+    }
+
+
+def invalid_status(
+    generation: int | None, conditions: Iterable[Mapping[str, Any]], message: str
+) -> dict[str, Any]:
+    """A spec the API server accepted but the models reject (CRD/operator version skew):
+    nothing new is published, the last table stands."""
+    for type_, value in ((ConditionType.READY, False), (ConditionType.DEGRADED, True)):
+        conditions = set_condition(
+            conditions,
+            type_=type_,
+            status=value,
+            reason="InvalidSpec",
+            message=message,
+            observed_generation=generation,
+        )
+    return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}

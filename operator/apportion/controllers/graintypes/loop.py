@@ -1,0 +1,195 @@
+"""The publishing loop of one GrainType: a kopf daemon, level-triggered like the unit sets'.
+
+Each pass reads the GrainType (kopf's live body), its pods from the pod index and their smoothed
+load from the metrics collector, builds the placement table they call for and lets the gate
+decide: a change of spec or membership is written at once, a load change beyond the hysteresis
+at most once per `publish.minInterval`, noise never. Passes run when a pod of the namespace or
+the GrainType changes (wake-ups), every `publish.interval` for load, and when a held-back load
+change comes due. On start the daemon continues from the published table's version.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from apportion.api.assignment import SetRef
+from apportion.api.graintype import GrainType
+from apportion.api.placement_table import PlacementTableFormatError
+from apportion.controllers.graintypes.document import (
+    Problem,
+    build_document,
+    build_status,
+    counted_grain_types,
+    invalid_status,
+    is_compatible,
+    problems,
+)
+from apportion.controllers.graintypes.gate import PublishGate
+from apportion.controllers.pods import pods_of, select
+from apportion.controllers.unitset import writers
+from apportion.controllers.wakeups import wakeups
+from apportion.publishing.client import api
+from apportion.publishing.configmaps import PublishConflict
+from apportion.publishing.placement_table import PlacementTableStore
+from apportion.publishing.status import patch_status
+
+RETRY_SECONDS = 2.0
+"""Pause after a failed pass (API unreachable, a write rejected) before trying again."""
+RESYNC_SECONDS = 300.0
+"""A pass at least this often for an invalid spec (a valid one passes every publish.interval)."""
+
+STATUS_WRITES: Counter[tuple[str, str]] = Counter()
+"""Status patches by (namespace, GrainType); table writes are counted by the store."""
+
+
+class GrainTypeLoop:
+    """The daemon of one GrainType. `body` is kopf's live body."""
+
+    def __init__(
+        self,
+        body: kopf.Body,
+        indexes: Mapping[str, Any],
+        logger: logging.Logger | logging.LoggerAdapter[Any],
+        *,
+        clock: Any = time.monotonic,
+    ) -> None:
+        meta = body["metadata"]
+        self.body = body
+        self.indexes = indexes
+        self.logger = logger
+        self.clock = clock
+        self.namespace: str = meta["namespace"]
+        self.name: str = meta["name"]
+        self.ref = SetRef("GrainType", self.namespace, self.name, meta["uid"])
+        self.store = PlacementTableStore(api(), self.namespace, self.name)
+        self.gate: PublishGate | None = None
+        self.last_publish: str | None = None
+        self.status: dict[str, Any] | None = None
+        self.reported: set[str] = set()
+        self.error: str | None = None
+
+    async def run(self, stopped: kopf.DaemonStopped) -> None:
+        while not stopped:
+            seen = wakeups.tick(self.namespace)
+            try:
+                timeout = await self.reconcile()
+            except PublishConflict as conflict:
+                self.logger.info("%s; reloading the published table", conflict)
+                self.gate = None
+                continue
+            except Exception:
+                self.logger.exception("Publishing pass failed; retrying")
+                timeout = RETRY_SECONDS
+            await wakeups.wait(self.namespace, seen, timeout)
+
+    def parse(self) -> GrainType | ValidationError:
+        try:
+            return GrainType.from_raw(self.body)
+        except ValidationError as error:
+            return error
+
+    async def resume(self) -> PublishGate:
+        """Continue from the published table: it is what candidates are compared with, so a
+        restart rewrites nothing that did not change, and versions only grow (past the status's
+        too, should the ConfigMap have been lost)."""
+        published = await self.store.load()
+        floor = (self.body.get("status") or {}).get("tableVersion") or 0
+        return PublishGate(published, version_floor=floor)
+
+    async def reconcile(self) -> float:
+        """One pass; returns the seconds until the next one is due although nothing changes."""
+        parsed = self.parse()
+        if isinstance(parsed, ValidationError):
+            message = f"spec rejected by the operator: {parsed.errors()[0]['msg']}"
+            generation = self.body["metadata"].get("generation")
+            found = [Problem("InvalidSpec", message, blocking=True)]
+            await self.report(invalid_status(generation, self.conditions(), message), found)
+            return RESYNC_SECONDS
+        spec = parsed.spec
+        interval = spec.publish.interval.total_seconds()
+        if self.gate is None:
+            self.gate = await self.resume()
+        gate = self.gate
+        selected = select(pods_of(self.indexes["apportion_pods"], self.namespace), spec.selector)
+        members = [pod for pod in selected if is_compatible(pod)]
+        report = await writers().metrics.member_stats(
+            self.namespace,
+            [pod.ref for pod in members if pod.ref is not None],
+            spec.metrics,
+            grain_types=counted_grain_types(parsed),
+        )
+        now = self.clock()
+        candidate = build_document(
+            parsed, members, report.member_stats, version=gate.next_version, now=datetime.now(UTC)
+        )
+        decision = gate.consider(
+            candidate,
+            now,
+            min_interval=spec.publish.min_interval.total_seconds(),
+            hysteresis_percent=spec.publish.hysteresis_percent,
+        )
+        if decision.write:
+            try:
+                await self.store.write(candidate)
+            except PlacementTableFormatError as error:
+                self.error = str(error)
+            else:
+                self.error = None
+                gate.written(candidate, now)
+                self.last_publish = candidate.published_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+                self.logger.info(
+                    "Published placement table version %d (%d members): %s",
+                    candidate.version,
+                    len(candidate.members),
+                    decision.change.reason,
+                )
+        found = problems(
+            parsed, selected, gate.published, conflicts=self.conflicts(parsed), error=self.error
+        )
+        status = build_status(
+            parsed,
+            selected,
+            gate.published,
+            found,
+            conditions=self.conditions(),
+            last_publish_time=self.last_publish
+            or (self.status or self.body.get("status") or {}).get("lastPublishTime"),
+        )
+        await self.report(status, found)
+        return interval if decision.retry_in is None else min(interval, decision.retry_in)
+
+    def conflicts(self, graintype: GrainType) -> dict[str, list[str]]:
+        """This GrainType's grain types that other GrainTypes of the namespace claim too."""
+        claims = self.indexes["apportion_graintypes"].get(self.namespace, ())
+        result: dict[str, list[str]] = {}
+        for grain_type in graintype.grain_type_names():
+            others = sorted(
+                name for name, names in claims if name != self.name and grain_type in names
+            )
+            if others:
+                result[grain_type] = others
+        return result
+
+    def conditions(self) -> list[Any]:
+        return list((self.status or self.body.get("status") or {}).get("conditions") or ())
+
+    async def report(self, status: dict[str, Any], found: Sequence[Problem]) -> None:
+        """Status (when it changed) and a Warning Event for each problem as it appears."""
+        for problem in found:
+            if problem.reason not in self.reported:
+                writers().events.post(
+                    self.ref, "Warning", problem.reason, "Publish", problem.message
+                )
+        self.reported = {p.reason for p in found}
+        if status != self.status:
+            await patch_status(api(), "GrainType", self.namespace, self.name, status)
+            STATUS_WRITES[self.namespace, self.name] += 1
+            self.status = status
