@@ -1,4 +1,4 @@
-"""Status of PartitionSets and ShardSets, written through the status subresource."""
+"""Status of PartitionSets, ShardSets and GrainTypes, written through the status subresource."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
 from apportion import GROUP, VERSION
-from apportion.api import PartitionSet, ShardSet
+from apportion.api import GrainType, PartitionSet, ShardSet
 
 SET_RESOURCES = {
     kind.__name__: create_namespaced_resource(GROUP, VERSION, kind.__name__, kind.crd.plural)
-    for kind in (PartitionSet, ShardSet)
+    for kind in (PartitionSet, ShardSet, GrainType)
 }
-"""lightkube classes of our unit-set kinds, by kind."""
+"""lightkube classes of our kinds, by kind."""
 
 
 async def patch_status(
