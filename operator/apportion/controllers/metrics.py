@@ -233,7 +233,8 @@ class MetricsCollector:
         half_life = spec.smoothing.half_life.total_seconds()
         unit_loads: Mapping[str, float] | None = None
         if reporting:
-            smoother = self._sets.get(key, (UnitLoadSmoother(half_life), now))[0]
+            entry = self._sets.get(key)
+            smoother = entry[0] if entry else UnitLoadSmoother(half_life)
             smoother.half_life = half_life
             unit_loads = dict(smoother.update(raw, now))
             self._sets[key] = (smoother, now)
@@ -316,9 +317,10 @@ class MetricsCollector:
             interval = spec.scrape.interval.total_seconds()
             timeout = spec.scrape.timeout.total_seconds()
             for pod in pods:
-                url = scrape_url(pod, spec.scrape)
-                if not url.startswith("http://"):
-                    readings.problems[pod.name] = url
+                try:
+                    url = scrape_url(pod, spec.scrape)
+                except ValueError as error:
+                    readings.problems[pod.name] = str(error)
                     continue
                 key = (namespace, pod.name, pod.uid, url)
                 target = self._targets.get(key)
@@ -351,6 +353,8 @@ class MetricsCollector:
                 for pod in pods:
                     if pod.name in listing.usages:
                         readings.usages[pod.name] = listing.usages[pod.name]
+                    elif pod.name in listing.invalid:
+                        readings.problems.setdefault(pod.name, listing.invalid[pod.name])
         return readings
 
     async def _scrape(self, target: _Target, timeout: float) -> None:
@@ -523,13 +527,13 @@ class _ScrapeError(Exception):
 
 
 def scrape_url(pod: PodRef, scrape: ScrapeSpec) -> str:
-    """`http://<pod IP>:<port><path>`, or why the pod cannot be scraped."""
+    """`http://<pod IP>:<port><path>`; ValueError says why a pod cannot be scraped."""
     if not pod.ip:
-        return "no pod IP yet"
+        raise ValueError("no pod IP yet")
     port = scrape.port
     if isinstance(port, str):
         if port not in pod.ports:
-            return f"no container port named {port!r}"
+            raise ValueError(f"no container port named {port!r}")
         port = pod.ports[port]
     host = f"[{pod.ip}]" if ":" in pod.ip else pod.ip
     return f"http://{host}:{port}{scrape.path}"
