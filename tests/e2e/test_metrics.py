@@ -268,3 +268,47 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
         assert 2 <= served <= elapsed + 2, f"{served} scrapes in {elapsed:.1f}s"
     finally:
         await collector.close()
+
+
+async def test_a_forbidden_pod_metrics_list_is_explained(
+    pod_metrics_api: None,  # noqa: F811
+    dev_cluster: DevCluster,
+    kubectl: Callable[..., Any],
+    namespace: str,
+    client: AsyncClient,
+) -> None:
+    """An operator whose role lacks pods.metrics.k8s.io is told so, not left guessing."""
+    apply(kubectl, namespace, simulated_pod("w-0", LIMITED))
+    pods = await ready_pods(client, namespace, "w-0")
+    publish_pod_metrics(kubectl, namespace, "w-0", cpu="50m", memory="64Mi")
+    kubectl("create", "serviceaccount", "no-metrics", "-n", namespace)
+    token = kubectl("create", "token", "no-metrics", "-n", namespace).stdout.strip()
+    config = KubeConfig.from_dict(
+        {
+            "current-context": "sa",
+            "clusters": [
+                {
+                    "name": "dev",
+                    "cluster": {
+                        "server": dev_cluster.server,
+                        "certificate-authority": str(dev_cluster.ca_file),
+                    },
+                }
+            ],
+            "users": [{"name": "sa", "user": {"token": token}}],
+            "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": "sa"}}],
+        }
+    )
+    unprivileged = AsyncClient(config=config)
+    collector = MetricsCollector(unprivileged)
+    try:
+        report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
+    finally:
+        await collector.close()
+        await unprivileged.close()
+    assert report.source is MetricsSource.COUNTS
+    assert report.message == (
+        "no activation counts: spec.metrics.scrape is not set; listing metrics.k8s.io "
+        "PodMetrics is forbidden: the operator's role needs list on pods.metrics.k8s.io: "
+        "no member has statistics"
+    )
