@@ -259,9 +259,12 @@ def _print_allocation(scenario: Mapping[str, Any]) -> None:
     print(f"lb: {scenario['lowerBound']}; totals over the steps (start excluded):")
     for run in runs:
         totals = run["totals"]
-        ratio = (
-            f" ({totals['moves'] / totals['lowerBound']:.2f}x lb)" if totals["lowerBound"] else ""
-        )
+        ratio = ""
+        if totals["moves"] >= totals["lowerBound"] > 0:
+            ratio = f" ({totals['moves'] / totals['lowerBound']:.2f}x lb)"
+        elif scenario["lowerBound"] == "count floor" and totals["moves"] < totals["lowerBound"]:
+            # Fewer moves than the bound: the strategy left units off the floor.
+            ratio = " (below lb: some step ended off the floor)"
         print(
             f"  {run['strategy']:<{label_width}}  moves {totals['moves']} vs lb "
             f"{totals['lowerBound']}{ratio}, rounds {totals['rounds']}, "
