@@ -149,14 +149,14 @@ class PlacementDirector:
         self._placers: dict[str, _Placer] = {}  # GrainType name -> placer
         self._routes: dict[str, _Placer] = {}  # grain type name -> placer
         self._default: _Placer | None = None
+        self._resolved: dict[str, _Placer] = {}  # grain types placed so far, defaults included
         self._contexts: dict[str | None, PlacementContext] = {}
         self._listeners: list[Any] = []
         self.hosted: Counter[str] = Counter()
         """Activations of each grain type running on this member now."""
         self.started: Counter[str] = Counter()
         """Activations of each grain type started on this member since it began."""
-        self.placements: Counter[tuple[str, str]] = Counter()
-        """Placements this director decided, by (grain type, member)."""
+        self._placed: dict[str, dict[str, int]] = {}  # grain type -> member -> placements
         self._local_grains: Counter[tuple[str, str]] = Counter()
         self._watch: TableWatch | None = None
         self._own_client: AsyncClient | None = None
@@ -285,6 +285,7 @@ class PlacementDirector:
             for grain_type in placer.doc.grain_types:
                 routes.setdefault(grain_type, placer)
         self._routes = routes
+        self._resolved = {}
         default = self._placers.get(DEFAULT_GRAIN_TYPE)
         self._default = default if default is not None and default.doc.default else None
 
@@ -330,7 +331,9 @@ class PlacementDirector:
         `NoCompatibleMember`, `StatelessWorkerAtCapacity`)."""
         local = self.local_member if local_member is None else local_member
         with self._lock:
-            placer = self._resolve(grain_type)
+            placer = self._resolved.get(grain_type)
+            if placer is None:
+                placer = self._resolved[grain_type] = self._resolve(grain_type)
             strategy = placer.strategy
             if strategy is None:
                 raise PlacementError(placer.error)
@@ -340,8 +343,21 @@ class PlacementDirector:
                     local_activations = self._local_grains.get((grain_type, grain_id), 0)
                 ctx = ctx.with_call(hint=hint, local_activations=local_activations)
             member = strategy.place(grain_id, ctx)
-            self.placements[grain_type, member] += 1
+            # A flat dict per grain type: a Counter keyed by tuples costs as much as the
+            # placement itself.
+            placed = self._placed.get(grain_type)
+            if placed is None:
+                placed = self._placed[grain_type] = {}
+            placed[member] = placed.get(member, 0) + 1
             return member
+
+    @property
+    def placements(self) -> Counter[tuple[str, str]]:
+        """Placements this director decided, by (grain type, member)."""
+        with self._lock:
+            return Counter(
+                {(t, m): n for t, members in self._placed.items() for m, n in members.items()}
+            )
 
     def explain(
         self,
@@ -415,7 +431,9 @@ class PlacementDirector:
             return {
                 "hosted": dict(self.hosted),
                 "started": dict(self.started),
-                "placements": dict(self.placements),
+                "placements": {
+                    (t, m): n for t, members in self._placed.items() for m, n in members.items()
+                },
                 "tables": {n: p.doc.version for n, p in self._placers.items()},
             }
 

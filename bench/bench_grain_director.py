@@ -1,0 +1,224 @@
+"""Worker-library grain placement benchmarks (figures, not asserts).
+
+1. Placements per second through `apportion.grains.PlacementDirector.place` per strategy, one
+   core, 100 members: the whole worker-side call (table lookup by grain type, lock, engine
+   strategy, per-member counter). Goal: >= 200k/s for the hash and count strategies.
+2. API writes per minute per grain type at steady load: the operator's publishing loop
+   (`apportion.controllers.graintypes.loop`) fed with member loads that wander within the
+   hysteresis, then beyond it, then with members joining and leaving; its writes are counted at
+   the publisher. Time is simulated, so a minute takes milliseconds. Goal: <= 6 writes/min when
+   nothing changes beyond the hysteresis.
+
+Run: .venv/bin/python bench/bench_grain_director.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from datetime import UTC, datetime
+
+from apportion.api.graintype import GrainStrategy, LoadShedding, PlacementFilter
+from apportion.api.placement_table import (
+    GrainTypeRef,
+    PlacementTableDocument,
+    TableMember,
+    TableStats,
+)
+from apportion.grains import PlacementDirector
+
+STRATEGIES = {
+    "Random": {"name": "Random"},
+    "PreferLocal": {"name": "PreferLocal"},
+    "HashBased": {"name": "HashBased"},
+    "ConsistentHashBased": {"name": "ConsistentHashBased"},
+    "ActivationCountBased": {"name": "ActivationCountBased"},
+    "ActivationCountBased+RequiredMatch": {"name": "ActivationCountBased"},
+    "StatelessWorker": {"name": "StatelessWorker", "statelessWorker": {"maxLocal": 100000}},
+    "SiloRoleBased": {"name": "SiloRoleBased", "siloRoleBased": {"role": "web"}},
+    "ResourceOptimized": {"name": "ResourceOptimized"},
+}
+
+
+def table(strategy: dict, *, members: int = 100, filters=()) -> PlacementTableDocument:
+    rng = random.Random(1)
+    return PlacementTableDocument(
+        grain_type=GrainTypeRef(namespace="bench", name="g", uid="uid"),
+        grain_types=["Bench.Grain"],
+        version=1,
+        published_at=datetime.now(UTC),
+        strategy=GrainStrategy.model_validate(strategy),
+        filters=[PlacementFilter.model_validate(f) for f in filters],
+        load_shedding=LoadShedding(),
+        members=sorted(
+            (
+                TableMember(
+                    name=f"w-{i:03d}",
+                    labels={"zone": f"z{i % 3}", "apportion.dev/role": "web" if i % 2 else "job"},
+                    stats=TableStats(
+                        cpu_usage=rng.uniform(10, 80),
+                        memory_usage=rng.uniform(10, 80),
+                        available_memory=rng.randrange(1 << 30, 3 << 30),
+                        max_available_memory=4 << 30,
+                        activation_count=rng.randrange(50, 150),
+                        cpu_count=4,
+                    ),
+                )
+                for i in range(members)
+            ),
+            key=lambda m: m.name,
+        ),
+    )
+
+
+def placements_per_second(seconds: float) -> None:
+    print("1. placements/s through PlacementDirector.place, one core, 100 members")
+    print(f"   {'strategy':<36} {'placements/s':>14} {'ns/placement':>13}")
+    ids = [f"grain/{i}" for i in range(100_000)]
+    for label, strategy in STRATEGIES.items():
+        filters = [{"type": "RequiredMatch", "keys": ["zone"]}] if "RequiredMatch" in label else []
+        director = PlacementDirector.from_documents(
+            [table(strategy, filters=filters)], "w-001", rng=random.Random(2)
+        )
+        place = director.place
+        n = 0
+        start = time.perf_counter()
+        deadline = start + seconds
+        while time.perf_counter() < deadline:
+            for grain_id in ids[:10_000]:
+                place("Bench.Grain", grain_id)
+            n += 10_000
+        rate = n / (time.perf_counter() - start)
+        print(f"   {label:<36} {rate:>14,.0f} {1e9 / rate:>13,.0f}")
+
+
+# --- writes per minute -------------------------------------------------------------------
+
+
+def _graintype():
+    from apportion.api.graintype import GrainType
+
+    return GrainType.from_raw(
+        {
+            "apiVersion": "apportion.dev/v1alpha1",
+            "kind": "GrainType",
+            "metadata": {"name": "g", "namespace": "bench", "uid": "uid", "generation": 1},
+            "spec": {
+                "selector": {"matchLabels": {"app": "silo"}},
+                "strategy": {"name": "ActivationCountBased"},
+                "publish": {"interval": "1s", "minInterval": "2s", "hysteresisPercent": 5},
+            },
+        }
+    )
+
+
+SCENARIOS = {
+    # name: (description, cpu noise sd, activation noise sd as a fraction, cpu drift per s,
+    #        seconds between a member leaving and coming back)
+    "steady": ("CPU 40 % sd 1, 200 activations sd 1 %", 1.0, 0.01, 0.0, None),
+    "busy steady": ("CPU 40 % sd 3, 200 activations sd 2 %", 3.0, 0.02, 0.0, None),
+    "drifting CPU": ("CPU +0.2 points/s, 200 activations sd 1 %", 1.0, 0.01, 0.2, None),
+    "churning activations": ("200 activations sd 7 % (Poisson)", 1.0, 0.07, 0.0, None),
+    "membership churn": ("steady, a member leaves/returns every 20 s", 1.0, 0.01, 0.0, 20.0),
+}
+
+
+def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[float, float]:
+    """Table and status writes per minute of one GrainType's publishing passes (the pure steps
+    `GrainTypeLoop.reconcile` runs: collector smoothing, table, gate, status), one pass per
+    publish interval, 8 members scraped every second."""
+    from apportion.controllers.graintypes.document import build_document, build_status, problems
+    from apportion.controllers.graintypes.gate import PublishGate
+    from apportion.controllers.metrics import PodRef
+    from apportion.controllers.pods import PodFact
+    from apportion.engine.grains import MemberStats
+    from apportion.engine.smoothing import ResourceSmoother
+
+    _, cpu_sd, count_sd, drift, churn = SCENARIOS[scenario]
+    rng = random.Random(seed)
+    graintype = _graintype()
+    publish = graintype.spec.publish
+    pods = [
+        PodFact(
+            name=f"w-{i}",
+            uid=f"u-{i}",
+            labels={"app": "silo"},
+            ready=True,
+            ref=PodRef(name=f"w-{i}", ip=f"10.0.0.{i}", uid=f"u-{i}"),
+        )
+        for i in range(8)
+    ]
+    smoothers = {p.name: ResourceSmoother() for p in pods}
+    gate = PublishGate()
+    status: dict | None = None
+    table_writes = status_writes = 0
+    seconds = int(minutes * 60)
+    for t in range(seconds):
+        away = churn is not None and (t // churn) % 2 == 1
+        members = pods[:-1] if away else pods
+        stats = {}
+        for pod in members:
+            smoother = smoothers[pod.name]
+            smoother.update(
+                cpu_percent=40 + drift * t + rng.gauss(0, cpu_sd),
+                memory_bytes=(1 << 30) * (1 + rng.gauss(0, 0.005)),
+            )
+            stats[pod.name] = MemberStats(
+                cpu_usage=smoother.cpu_percent,
+                memory_usage=100 * smoother.memory_bytes / (4 << 30),
+                available_memory=round((4 << 30) - smoother.memory_bytes),
+                max_available_memory=4 << 30,
+                activation_count=max(0, round(rng.gauss(200, 200 * count_sd))),
+                cpu_count=4,
+            )
+        candidate = build_document(
+            graintype, members, stats, version=gate.next_version, now=datetime.now(UTC)
+        )
+        decision = gate.consider(
+            candidate,
+            float(t),
+            min_interval=publish.min_interval.total_seconds(),
+            hysteresis_percent=publish.hysteresis_percent,
+        )
+        if decision.write:
+            gate.written(candidate, float(t))
+            table_writes += 1
+        found = problems(graintype, members, gate.published)
+        new_status = build_status(
+            graintype,
+            members,
+            gate.published,
+            found,
+            conditions=(status or {}).get("conditions", []),
+            last_publish_time=f"t={gate.last_write}",
+        )
+        if new_status != status:
+            status = new_status
+            status_writes += 1
+    # The first minute includes the first table and the Kalman filters settling.
+    return table_writes / minutes, status_writes / minutes
+
+
+def writes_per_minute(minutes: float) -> None:
+    print()
+    print("2. placement-table writes per minute per grain type: publish interval 1s,")
+    print("   minInterval 2s, hysteresis 5 %; 8 members; simulated time, first table included")
+    print(f"   {'scenario':<22} {'load':<44} {'table/min':>9} {'status/min':>10}")
+    for name, (description, *_) in SCENARIOS.items():
+        table, status = simulate_publishing(name, minutes=minutes, seed=3)
+        print(f"   {name:<22} {description:<44} {table:>9.1f} {status:>10.1f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="shorter runs")
+    args = parser.parse_args()
+    placements_per_second(0.3 if args.quick else 1.5)
+    writes_per_minute(5 if args.quick else 30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
