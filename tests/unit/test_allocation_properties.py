@@ -102,10 +102,9 @@ def check_invariants(request: AllocationRequest, plan: Plan) -> None:
 
 
 def optional_moves(request: AllocationRequest, plan: Plan) -> int:
-    """Moves away from members that could have kept their units."""
-    state = index_request(request)
-    targets, _ = target_members(state)
-    keepers = {state.members[i].name for i in targets}
+    """Moves away from eligible members (ready, not draining, capacity > 0): the ones a
+    strategy's limit or budget governs; units of any other member move regardless."""
+    keepers = {m.name for m in request.members if m.eligible}
     return sum(1 for m in plan.moves if m.source in keepers)
 
 
