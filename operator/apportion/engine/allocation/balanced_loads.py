@@ -1,15 +1,18 @@
 """Balanced with measured loads: minimise the largest load / capacity, with few moves.
 
-1. Units without a live owner are placed largest first on the least loaded member (LPT, Graham
-   1969). 2. Hot units — one unit whose load alone exceeds the mean the other members will carry —
-   each get a member to themselves (water-filling from the largest unit down); the plan reports
-   the hottest with a suggested split. 3. Nothing more happens while every member is within the
-   imbalance tolerance of the mean (Dicer's tolerance); otherwise every member outside it is
-   brought to within ``tolerance x hysteresis`` (aim well below the trigger, so noise does not
-   bring the next plan back). Overloaded members shed to the least loaded one, underloaded ones
-   take from the most loaded one; each step moves the smallest unit that closes the gap, else the
-   largest that fits, else swaps a pair (greedy best-fit with swaps, as in Slicer/Dicer-style
-   load balancers), within a churn budget.
+1. Units without a live owner go largest first to the least loaded member (LPT, Graham 1969).
+2. Hot units — a unit whose load alone exceeds the mean the other members will carry — each get a
+   member to themselves (water-filling from the largest unit down); that member sheds everything
+   else, and the plan reports the hottest unit with a suggested split.
+3. Nothing more moves while every member is within the imbalance tolerance of the mean (Dicer's
+   tolerance presets). Otherwise each member outside it is brought to within ``tolerance x
+   hysteresis`` — aiming well below the trigger, so noise does not bring the next plan back:
+   overloaded members pick the fewest units that close their excess; the units are packed onto
+   the least loaded members, exactly by a bounded depth-first search in small cases, else greedily
+   (neediest underloaded member, best fit, or a chain when a unit fits no room); underloaded
+   members then take units already on the move (free), else from the most loaded members, with
+   swaps where single moves cannot fit (greedy best-fit with swaps, as Slicer/Dicer-style
+   balancers); moves that turn out needless are undone. A churn budget bounds the optional moves.
 """
 
 from __future__ import annotations
@@ -35,11 +38,11 @@ from apportion.engine.allocation.state import (
 
 _EPS = 1e-9
 _CANDIDATES = 4
+"""Counterparts tried (least / most loaded first) before a member is left as it is."""
 _EXACT_ITEMS = 40
 _EXACT_RECEIVERS = 40
 _EXACT_NODES = 4_000
 """Small packings are searched exactly (depth-first, this many nodes at most) before greedy."""
-"""Counterparts tried (least / most loaded first) before a member is left as it is."""
 
 
 @dataclass(slots=True)
