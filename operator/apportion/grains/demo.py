@@ -9,6 +9,8 @@ HTTP (on the worker's server, beside `/metrics`):
                            place `count` activations (or one per id of `ids`) at `rate` per
                            second (Poisson arrivals; 0 = at once); answers when all are placed
     GET  /grains           this worker's counters as JSON
+    POST /grains/load      {"cpuPercent", "overloaded"}: what the worker reports about itself
+                           from now on (null: nothing), to drive load shedding in tests
 
 Its `/metrics` samples are the director's (`apportion_activations` and friends) plus
 `apportion_grain_placement_failures{grain_type, reason}` (placements that raised, or hand-offs a
@@ -29,7 +31,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from apportion.api.metrics import GRAIN_TYPE_LABEL, Sample
+from apportion.api.metrics import CONTENT_TYPE, GRAIN_TYPE_LABEL, Sample, WorkerMetrics, render
 from apportion.engine.grains import PlacementError, StatelessWorkerAtCapacity
 from apportion.grains.director import METRIC_HELP, PlacementDirector
 
@@ -91,6 +93,8 @@ class GrainDemo:
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
+        self.reported = WorkerMetrics()
+        """What this worker says about its own CPU and overload (POST /grains/load)."""
 
     # ------------------------------------------------------------------------------ hosting
 
@@ -180,7 +184,17 @@ class GrainDemo:
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/grains/activate", self._on_activate)
         app.router.add_post("/grains/drive", self._on_drive)
+        app.router.add_post("/grains/load", self._on_load)
         app.router.add_get("/grains", self._on_get)
+
+    async def _on_load(self, request: web.Request) -> web.Response:
+        data = await request.json()
+        cpu, overloaded = data.get("cpuPercent"), data.get("overloaded")
+        self.reported = WorkerMetrics(
+            cpu_percent=None if cpu is None else float(cpu),
+            overloaded=None if overloaded is None else bool(overloaded),
+        )
+        return web.json_response({"cpuPercent": cpu, "overloaded": overloaded})
 
     async def _on_activate(self, request: web.Request) -> web.Response:
         data = await request.json()
@@ -218,7 +232,7 @@ class GrainDemo:
     # ---------------------------------------------------------------------------- metrics
 
     def samples(self) -> list[Sample]:
-        out = self.director.samples()
+        out = self.director.samples() + self.reported.samples()
         out += [
             Sample(FAILURES, n, {GRAIN_TYPE_LABEL: t, "reason": r})
             for (t, r), n in sorted(self.failures.items())
@@ -243,3 +257,49 @@ class GrainDemo:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+# ------------------------------------------------------------------------------ the process
+
+
+async def serve(
+    *,
+    member: str,
+    host: str,
+    port: int,
+    namespace: str | None = None,
+    grain_types: Sequence[str] = (),
+    rate: float = 0.0,
+    lifetime: float = 0.0,
+) -> None:
+    """Run the grain mode until cancelled: watch the placement tables, serve `/metrics`,
+    `/healthz` and the `/grains` endpoints on `host:port`, and, with `grain_types` and a `rate`,
+    activate grains continuously."""
+    director = PlacementDirector(member)
+    await director.start(namespace)
+    demo = GrainDemo(director, port=port)
+    app = web.Application()
+    demo.add_routes(app)
+
+    async def metrics(request: web.Request) -> web.Response:
+        text = render(demo.samples(), helps=DEMO_METRIC_HELP)
+        return web.Response(body=text.encode(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+        logger.info("grain demo worker %s serving on %s:%d", member, host, port)
+        if grain_types and rate > 0:
+            await demo.run(grain_types, rate, lifetime)
+        else:
+            await asyncio.Event().wait()
+    finally:
+        await demo.close()
+        await runner.cleanup()
+        await director.stop()
