@@ -11,7 +11,6 @@ over) the daemon decodes the published table and continues from its epoch.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import math
 import time
@@ -144,6 +143,7 @@ class SetLoop:
         return f"{self.set_ref.kind}/{self.set_ref.name}"
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
+        halt = asyncio.ensure_future(stopped.wait())
         try:
             while not stopped:
                 seen = wakeups.tick(self.namespace)
@@ -160,11 +160,13 @@ class SetLoop:
                 now = time.time()
                 timeout = min(RESYNC_SECONDS, max(0.0, (wake_at or now + RESYNC_SECONDS) - now))
                 if timeout > 0:
-                    await wakeups.wait(self.namespace, seen, timeout)
+                    wake = asyncio.ensure_future(wakeups.wait(self.namespace, seen, timeout))
+                    await asyncio.wait({wake, halt}, return_when=asyncio.FIRST_COMPLETED)
+                    wake.cancel()
         finally:
+            halt.cancel()
             if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self.release_pods(), 5)
+                self.release_pods()
 
     async def load(self, spec: UnitSetSpec) -> None:
         """Continue from the published table; without one, from the epoch the status last
@@ -273,7 +275,7 @@ class SetLoop:
             return now  # pass again at once: the new table is an input too
         extra = [metrics_problem] if metrics_problem else []
         await self.report(result, views, now, source, extra, loads)
-        await self.update_costs(everyone)
+        self.update_costs(everyone)
         self.fingerprint = fingerprint
         self.wake_at = result.wake_at
         if load_tick is not None:
@@ -417,7 +419,7 @@ class SetLoop:
             await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
             self.status = status
 
-    async def update_costs(self, everyone: Sequence[PodFact]) -> None:
+    def update_costs(self, everyone: Sequence[PodFact]) -> None:
         assert self.published is not None
         uids = self.published.member_uids
         holdings: dict[str, int] = {}
@@ -429,14 +431,14 @@ class SetLoop:
             for pod in everyone
             if pod.uid in holdings or pod.deletion_cost is not None
         }
-        await costs.update(self.namespace, self.set_key, holdings, pods)
+        costs.update(self.namespace, self.set_key, holdings, pods)
         costs.forget_pods(self.namespace, {pod.uid for pod in everyone})
 
-    async def release_pods(self) -> None:
+    def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
         everyone = pods_of(self.indexes["apportion_pods"], self.namespace)
         pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
-        await self.writers.costs.update(self.namespace, self.set_key, {}, pods)
+        self.writers.costs.update(self.namespace, self.set_key, {}, pods)
         self.writers.costs.forget_set(self.namespace, self.set_key)
         self.writers.metrics.forget(self.namespace, self.set_ref.name)
 
@@ -487,4 +489,5 @@ async def close_writers(**_: Any) -> None:
         await _writers.events.flush()
         await _writers.events.close()
         await _writers.metrics.close()
+        await _writers.costs.close()
     await close()

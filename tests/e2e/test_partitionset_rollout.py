@@ -1,0 +1,99 @@
+"""A rolling update of the workers' StatefulSet: rebalancing waits until the rollout settles
+(pauseDuringRollout), while the units of every pod the rollout deletes move at once; afterwards
+the set rebalances onto the new pods."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+from unitset_support import (
+    Operator,
+    apply,
+    condition,
+    counts,
+    events,
+    get,
+    is_true,
+    read_table,
+    ready_pods,
+    unit_set,
+    workers,
+)
+
+
+@pytest.fixture
+def operator(dev_cluster, crds, namespace, tmp_path):
+    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    yield process
+    assert process.stop() == 0, process.text()
+    assert "Traceback" not in process.text(), process.text()
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def test_rolling_update_holds_rebalancing_but_moves_units_of_replaced_pods(
+    operator, namespace, kubectl, wait_for
+) -> None:
+    # Each replaced pod counts as available 3 s after Ready: time to see the held round.
+    apply(kubectl, namespace, workers("w", 4, grace=1, min_ready=3))
+    wait_for(lambda: len(ready_pods(kubectl, namespace, "app=w")) == 4, 60, "4 worker pods")
+    spec = {
+        "partitions": 32,
+        "workloadRef": {"kind": "StatefulSet", "name": "w"},
+        "rebalance": {"interval": "1s", "handoffTimeout": "3s"},
+    }
+    apply(kubectl, namespace, unit_set("PartitionSet", "roll", spec))
+    wait_for(
+        lambda: is_true(get(kubectl, namespace, "pset", "roll"), "Balanced"),
+        60,
+        "Balanced before the rollout",
+    )
+    before = read_table(kubectl, namespace, "PartitionSet", "roll")
+    old_uids = dict(before.member_uids)
+
+    patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+    started = time.time()
+    kubectl("patch", "-n", namespace, "statefulset", "w", "--type=merge", "-p", json.dumps(patch))
+
+    held_seen = []
+    settled_at = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        sts = get(kubectl, namespace, "statefulset", "w")["status"]
+        obj = get(kubectl, namespace, "pset", "roll")
+        balanced = condition(obj, "Balanced")
+        if "rollout in progress" in balanced.get("message", ""):
+            held_seen.append(balanced)
+        if (
+            sts.get("currentRevision") == sts.get("updateRevision")
+            and sts.get("updatedReplicas") == 4
+            and sts.get("readyReplicas") == 4
+        ):
+            settled_at = time.time()
+            break
+        time.sleep(0.2)
+    assert settled_at is not None, "the rollout did not finish"
+    assert held_seen, "Balanced never said that rebalancing waits for the rollout"
+    assert held_seen[0]["reason"] == "RebalancePending"
+
+    def balanced_on_new_pods():
+        obj = get(kubectl, namespace, "pset", "roll")
+        table = read_table(kubectl, namespace, "PartitionSet", "roll")
+        fresh = all(table.member_uids.get(f"w-{i}") != old_uids[f"w-{i}"] for i in range(4))
+        return table if fresh and is_true(obj, "Balanced") else None
+
+    after = wait_for(balanced_on_new_pods, 60, "Balanced on the new pods")
+    assert counts(after) == {"w-0": 8, "w-1": 8, "w-2": 8, "w-3": 8}
+
+    evs = [e for e in events(kubectl, namespace, "roll") if _seconds(e["eventTime"]) >= started]
+    moved = {e["reason"] for e in evs} & {"OwnerGone", "HandoffTimedOut", "HandoffCompleted"}
+    assert moved, "units of replaced pods moved"
+    rounds = [e for e in evs if e["reason"] == "Rebalancing"]
+    assert rounds, "a rebalance round follows the rollout"
+    early = [e for e in rounds if _seconds(e["eventTime"]) < settled_at - 0.5]
+    assert early == [], f"rebalanced during the rollout: {[e['note'] for e in early]}"

@@ -1,0 +1,238 @@
+"""Helpers of the PartitionSet/ShardSet end-to-end tests: the operator as a process, worker
+StatefulSets, and reading back what the operator published (assignment ConfigMaps, status,
+Events, worker logs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apportion.api.assignment import (
+    AssignmentTable,
+    ConfigMapPayload,
+    chunk_suffixes,
+    decode_assignment,
+)
+from apportion.api.unitset import assignment_config_map
+
+API = "apportion.dev/v1alpha1"
+
+
+class Operator:
+    """`apportion operator` watching one namespace, as a process logging to a file."""
+
+    def __init__(
+        self,
+        dev_cluster: Any,
+        namespace: str,
+        log: Path,
+        *,
+        peering: str | None = None,
+        priority: int | None = None,
+        identity: str = "operator-0",
+    ) -> None:
+        self.log = log
+        self.identity = identity
+        args = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
+        if peering:
+            args += ["--peering", peering, "--priority", str(priority)]
+        env = {**dev_cluster.env, "POD_NAME": identity, "POD_ID": identity}
+        self._out = log.open("w")
+        self.process = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT)
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no peering goodbye."""
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._out.close()
+        return self.process.returncode
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def apply(kubectl: Callable[..., Any], namespace: str, *objects: dict[str, Any]) -> None:
+    kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+def get(kubectl: Callable[..., Any], namespace: str, *what: str) -> dict[str, Any]:
+    return json.loads(kubectl("get", "-n", namespace, *what, "-o", "json").stdout)
+
+
+def workers(
+    name: str,
+    replicas: int,
+    *,
+    command: list[str] | None = None,
+    grace: int = 10,
+    labels: dict[str, str] | None = None,
+    min_ready: int = 0,
+) -> dict[str, Any]:
+    """A StatefulSet of worker pods; with `command`, each pod runs it as a local process
+    (pod simulator), otherwise pods are simulated and never acknowledge anything.
+    `min_ready`: seconds a rolling update waits after each new pod is Ready."""
+    labels = labels or {"app": name}
+    container: dict[str, Any] = {"name": "worker", "image": "apportion:test"}
+    template_meta: dict[str, Any] = {"labels": labels}
+    if command is not None:
+        container["command"] = command
+        container["ports"] = [{"name": "metrics", "containerPort": 8080}]
+        template_meta["annotations"] = {"apportion.dev/simulate": "process"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "minReadySeconds": min_ready,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": template_meta,
+                "spec": {"terminationGracePeriodSeconds": grace, "containers": [container]},
+            },
+        },
+    }
+
+
+def demo_worker(kind: str, set_name: str) -> list[str]:
+    return ["apportion", "demo-worker", "--kind", kind, "--set", set_name, "--port", "8080"]
+
+
+def unit_set(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
+
+
+def ready_pods(kubectl: Callable[..., Any], namespace: str, selector: str) -> list[dict]:
+    pods = get(kubectl, namespace, "pods", "-l", selector)["items"]
+    return [
+        p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and any(
+            c["type"] == "Ready" and c["status"] == "True"
+            for c in p.get("status", {}).get("conditions", [])
+        )
+    ]
+
+
+def read_table(
+    kubectl: Callable[..., Any], namespace: str, kind: str, name: str
+) -> AssignmentTable | None:
+    """The published assignment, decoded as a worker would (None before the first write)."""
+    base = assignment_config_map(kind, name)
+    found = kubectl("get", "-n", namespace, "configmap", base, "-o", "json", check=False)
+    if found.returncode != 0:
+        return None
+    root = ConfigMapPayload.from_configmap(json.loads(found.stdout), base)
+    chunks = [
+        ConfigMapPayload.from_configmap(get(kubectl, namespace, "configmap", base + s), base)
+        for s in chunk_suffixes(root)
+    ]
+    return decode_assignment([root, *chunks])
+
+
+def counts(table: AssignmentTable) -> dict[str, int]:
+    return {member: len(units) for member, units in table.by_member().items()}
+
+
+def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
+    for c in (obj.get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c
+    return {}
+
+
+def is_true(obj: dict[str, Any], type_: str) -> bool:
+    return condition(obj, type_).get("status") == "True"
+
+
+def events(kubectl: Callable[..., Any], namespace: str, name: str) -> list[dict[str, Any]]:
+    """Events regarding the set `name`, oldest first (events.k8s.io/v1)."""
+    items = get(kubectl, namespace, "events.v1.events.k8s.io")["items"]
+    mine = [e for e in items if (e.get("regarding") or {}).get("name") == name]
+    return sorted(mine, key=lambda e: e.get("eventTime") or "")
+
+
+def reasons(evs: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(e["reason"] for e in evs)
+
+
+@dataclass(frozen=True)
+class Ownership:
+    """One line of a demo worker's log: `pod` started (acquire) or stopped (release, stop)
+    serving `unit` under `epoch`, at `time` (seconds)."""
+
+    time: float
+    pod: str
+    action: str
+    unit: str
+    epoch: int
+
+
+_LOG_LINE = re.compile(
+    r"^(?P<time>\d+\.\d+) .*\b(?P<action>acquire|release|stop)\b.*?\bunit[= ](?P<unit>\S+)"
+    r".*?\bepoch[= ](?P<epoch>\d+)"
+)
+
+
+def ownership_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[Ownership]:
+    """Every acquire/release/stop the given demo workers logged, in time order."""
+    lines: list[Ownership] = []
+    for pod in pods:
+        path = dev_cluster.pod_log_path(namespace, pod)
+        if not os.path.exists(path):
+            continue
+        for line in Path(path).read_text(errors="replace").splitlines():
+            match = _LOG_LINE.search(line)
+            if match:
+                lines.append(
+                    Ownership(
+                        float(match["time"]),
+                        pod,
+                        match["action"],
+                        match["unit"],
+                        int(match["epoch"]),
+                    )
+                )
+    return sorted(lines, key=lambda o: o.time)
+
+
+def overlaps(log: list[Ownership]) -> list[str]:
+    """Units that two pods served at the same time: an acquire while another pod still holds
+    the unit (its release/stop comes later)."""
+    holder: dict[str, Ownership] = {}
+    found = []
+    for entry in log:
+        if entry.action == "acquire":
+            other = holder.get(entry.unit)
+            if other is not None and other.pod != entry.pod:
+                found.append(
+                    f"unit {entry.unit}: {entry.pod} acquired at epoch {entry.epoch} "
+                    f"while {other.pod} held it since epoch {other.epoch}"
+                )
+            holder[entry.unit] = entry
+        elif holder.get(entry.unit) is not None and holder[entry.unit].pod == entry.pod:
+            del holder[entry.unit]
+    return found
