@@ -117,10 +117,12 @@ def problems(
     *,
     conflicts: Mapping[str, Sequence[str]] | None = None,
     error: str | None = None,
+    metrics: str = "",
 ) -> list[Problem]:
     """What only the operator can judge, most serious first. `conflicts` maps each of this
     GrainType's grain types to the other GrainTypes of the namespace that claim it too;
-    `error` is a failure to publish (the last good table stays)."""
+    `error` is a failure to publish (the last good table stays); `metrics` is the collector's
+    account of the load figures."""
     found: list[Problem] = []
     if error is not None:
         found.append(Problem("PublishFailed", error, blocking=True))
@@ -154,7 +156,7 @@ def problems(
             Problem(
                 "NoStatistics",
                 f"no member has reported load yet; {graintype.spec.strategy.name} places at "
-                "random until one does (check spec.metrics)",
+                f"random until one does ({metrics or 'check spec.metrics'})",
             )
         )
     clashes = {t: others for t, others in (conflicts or {}).items() if others}

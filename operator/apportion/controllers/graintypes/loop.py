@@ -152,7 +152,12 @@ class GrainTypeLoop:
                     decision.change.reason,
                 )
         found = problems(
-            parsed, selected, gate.published, conflicts=self.conflicts(parsed), error=self.error
+            parsed,
+            selected,
+            gate.published,
+            conflicts=self.conflicts(parsed),
+            error=self.error,
+            metrics=report.message,
         )
         status = build_status(
             parsed,
