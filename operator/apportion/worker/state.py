@@ -1,0 +1,191 @@
+"""What one worker process holds of one set, and what it must do next (pure, no I/O).
+
+The worker rule is `apportion.engine.handoff.plan_worker`; this class adds what a live process
+needs around it: callbacks take time, so a unit whose callback is still running is *busy* and
+left out of new plans until the callback returns (a unit is never acquired and released at the
+same time); tables keep arriving meanwhile, and fencing (`owns`) always follows the newest one;
+acknowledgements are written only when they say something the last one did not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from apportion.api.assignment import Ack, AssignmentTable, Member
+from apportion.engine.handoff import (
+    is_owner,
+    make_ack,
+    owned_units,
+    plan_worker,
+    releasing_units,
+    supersedes,
+)
+
+_FOREIGN_TOKEN = -1
+"""Token of units held under an earlier incarnation of the set: matches no unit epoch."""
+
+
+@dataclass(frozen=True)
+class Transition:
+    """Callbacks to run for one step, all under the view of `epoch`.
+
+    Run `stop` first (taken away without a hand-off: drop at once), then `acquire` and `release`
+    (finish or buffer, then acknowledge). `tokens`: the fencing token of each acquired unit.
+    """
+
+    epoch: int
+    acquire: frozenset[str]
+    release: frozenset[str]
+    stop: frozenset[str]
+    tokens: dict[str, int]
+
+
+class WorkerState:
+    """One worker process's view of one PartitionSet or ShardSet.
+
+    `view`: the newest table received; `held`: unit → fencing token for every unit this process
+    serves or is finishing (acquired, not yet released or stopped); `busy`: units whose callback
+    is running.
+    """
+
+    def __init__(self, me: Member, kind: str, namespace: str, name: str) -> None:
+        self.me = me
+        self.kind = kind
+        self.namespace = namespace
+        self.name = name
+        self.view: AssignmentTable | None = None
+        self.held: dict[str, int] = {}
+        self.busy: set[str] = set()
+        self.draining = False
+        self.written: Ack | None = None
+
+    # --------------------------------------------------------------------------------- tables
+
+    def receive(self, table: AssignmentTable) -> bool:
+        """Take `table` as the view if it belongs to this set and supersedes the view; whether
+        it did. Raises ValueError for a table of another set."""
+        ref = table.set_ref
+        if (ref.kind, ref.namespace, ref.name) != (self.kind, self.namespace, self.name):
+            raise ValueError(
+                f"table of {ref.kind} {ref.namespace}/{ref.name}, "
+                f"not of {self.kind} {self.namespace}/{self.name}"
+            )
+        if not supersedes(table, self.view):
+            return False
+        if self.view is not None and ref.uid != self.view.set_ref.uid:
+            # A recreated set: unit epochs start over, so a held token could match by chance.
+            self.held = dict.fromkeys(self.held, _FOREIGN_TOKEN)
+        self.view = table
+        return True
+
+    @property
+    def epoch(self) -> int:
+        """Epoch of the view (0 before the first table)."""
+        return 0 if self.view is None else self.view.epoch
+
+    def next_transition(self) -> Transition | None:
+        """The callbacks due now, marking their units busy and `held` as they will be; None when
+        there is nothing to do. Call again whenever a table arrives or a callback returns."""
+        if self.view is None:
+            return None
+        plan = plan_worker(self.view, self.me, self.held)
+        stop = plan.stop - self.busy
+        release = plan.release - self.busy
+        acquire = frozenset() if self.draining else plan.acquire - self.busy
+        if not (stop or release or acquire):
+            return None
+        for unit in stop:
+            del self.held[unit]
+        tokens = {unit: self.view.units[unit].epoch for unit in acquire}
+        self.held.update(tokens)
+        self.busy |= stop | release | acquire
+        return Transition(self.view.epoch, acquire, release, stop, tokens)
+
+    def stopped(self, units: Iterable[str]) -> None:
+        self.busy.difference_update(units)
+
+    def acquired(self, units: Iterable[str], *, ok: bool = True) -> None:
+        """on_acquire returned (ok) or raised: then the units are not served, and the next
+        table retries them."""
+        for unit in units:
+            self.busy.discard(unit)
+            if not ok:
+                self.held.pop(unit, None)
+
+    def released(self, units: Iterable[str]) -> None:
+        for unit in units:
+            self.busy.discard(unit)
+            self.held.pop(unit, None)
+
+    def drop_all(self) -> frozenset[str]:
+        """Everything still held, given up (process exit); no acknowledgement covers it."""
+        units = frozenset(self.held)
+        self.held.clear()
+        self.busy.clear()
+        return units
+
+    # -------------------------------------------------------------------------------- fencing
+
+    def owns(self, unit: str) -> bool:
+        """Whether to take new work for `unit` now: the view grants it to this incarnation,
+        unreleased, under the token this process acquired it with, and its acquisition is done."""
+        token = self.held.get(unit)
+        return (
+            token is not None
+            and unit not in self.busy
+            and self.view is not None
+            and is_owner(self.view, self.me, unit)
+            and self.view.units[unit].epoch == token
+        )
+
+    def my_units(self) -> frozenset[str]:
+        return frozenset(unit for unit in self.held if self.owns(unit))
+
+    def token(self, unit: str) -> int | None:
+        """The fencing token of an owned unit (its epoch of assignment), else None."""
+        return self.held[unit] if self.owns(unit) else None
+
+    # ---------------------------------------------------------------------------------- acks
+
+    def start_draining(self) -> None:
+        self.draining = True
+
+    def ack_due(self) -> Ack | None:
+        """The ack to write now, or None when the last one written says it all already."""
+        written = self._written_by_me()
+        # Also when an earlier process of this very pod left a draining mark behind.
+        flag_stale = (written is not None and written.draining) != self.draining
+        if self.view is None:
+            return Ack(uid=self.me.uid, epoch=0, draining=self.draining) if flag_stale else None
+        ack = make_ack(self.view, self.me, pending=self.held, draining=self.draining)
+        released = releasing_units(self.view, self.me) - ack.pending
+        if flag_stale or any(not self._covers(written, unit) for unit in released):
+            return ack
+        return None
+
+    def ack_written(self, ack: Ack) -> None:
+        self.written = ack
+
+    def _written_by_me(self) -> Ack | None:
+        """The ack on the Pod, if this pod incarnation wrote it (an ack speaks for its uid)."""
+        written = self.written
+        return written if written is not None and written.uid == self.me.uid else None
+
+    def _covers(self, written: Ack | None, unit: str) -> bool:
+        assert self.view is not None
+        release = self.view.units[unit].releasing
+        assert release is not None
+        return (
+            written is not None
+            and release.epoch <= written.epoch <= self.view.epoch
+            and unit not in written.pending
+        )
+
+    def drained(self) -> bool:
+        """Draining is done: nothing held, nothing owned in the view, every release acked."""
+        if self.held or self.busy:
+            return False
+        if self.view is None:
+            return self.ack_due() is None
+        return not owned_units(self.view, self.me) and self.ack_due() is None

@@ -1,0 +1,520 @@
+"""`Worker`: one worker process's membership in one PartitionSet or ShardSet (docs/worker.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final
+
+from apportion.api.assignment import (
+    Ack,
+    AssignmentFormatError,
+    AssignmentTable,
+    Member,
+    ack_annotation_key,
+)
+from apportion.api.metrics import CONTENT_TYPE, WorkerMetrics
+from apportion.api.unitset import assignment_config_map
+from apportion.worker.process import ProcessStats
+from apportion.worker.state import Transition, WorkerState
+
+if TYPE_CHECKING:
+    from aiohttp import web
+    from lightkube import AsyncClient
+
+    from apportion.engine.keys import KeyScheme
+
+logger = logging.getLogger("apportion.worker")
+
+UnitsCallback = Callable[[frozenset[str], int], Awaitable[None]]
+"""`async def callback(units, epoch)`: the units concerned and the epoch of the table that
+asked for it."""
+
+KINDS: Final = ("PartitionSet", "ShardSet")
+FIELD_MANAGER: Final = "apportion-worker"
+DEFAULT_GRACE: Final = 30.0
+"""Kubernetes' default terminationGracePeriodSeconds."""
+ACQUIRE_RETRY: Final = 1.0
+ACK_RETRY_MAX: Final = 5.0
+START_TIMEOUT: Final = 30.0
+
+
+class WorkerError(RuntimeError):
+    """The worker cannot start: configuration missing, own Pod unreadable."""
+
+
+class Worker:
+    """Serves the units of one PartitionSet or ShardSet that the operator grants this pod.
+
+        async with Worker("PartitionSet", "demo", on_acquire=load, on_release=flush,
+                          port=8080) as worker:
+            await worker.wait_drained()     # returns after SIGTERM, once the units moved away
+
+    Configured from the environment a pod gets: `POD_NAME` and `POD_NAMESPACE` (downward API),
+    the API server from in-cluster config or `KUBECONFIG`. The pod's uid and grace period are
+    read from its Pod object once, at start.
+
+    `on_acquire(units, epoch)`: start serving (load state). `on_release(units, epoch)`: the
+    operator moves the units away; stop taking work for them, finish or hand over in-flight
+    work, return; the worker acknowledges only then. `on_revoke(units, epoch)`: units taken away
+    without a hand-off (the operator presumed this pod gone, or a hand-off timed out), or still
+    held when the worker closes; drop them at once (default: `on_release`). Each unit's
+    callbacks run one at a time, in order; `owns()` follows the newest table at once.
+
+    `load(unit) -> float`: the current load of an owned unit for /metrics; or push figures with
+    `report_load`. Without either, no per-unit load is reported (the operator counts units).
+    `port`: serve /metrics, /healthz and `routes` (aiohttp route definitions) on `host`
+    (default `$POD_IP`, else every address); None: no server (mount `metrics_handler` yourself).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        set_name: str,
+        *,
+        namespace: str | None = None,
+        pod_name: str | None = None,
+        on_acquire: UnitsCallback | None = None,
+        on_release: UnitsCallback | None = None,
+        on_revoke: UnitsCallback | None = None,
+        load: Callable[[str], float] | None = None,
+        port: int | None = None,
+        host: str | None = None,
+        routes: Iterable[web.AbstractRouteDef] = (),
+        handle_signals: bool = True,
+        drain_margin: float = 2.0,
+        client: AsyncClient | None = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        pod_name = pod_name or os.environ.get("POD_NAME")
+        if not pod_name:
+            raise WorkerError("POD_NAME is not set (give it through the downward API)")
+        self.kind = kind
+        self.set_name = set_name
+        self.pod_name = pod_name
+        self._namespace = namespace or os.environ.get("POD_NAMESPACE")
+        self.on_acquire = on_acquire
+        self.on_release = on_release
+        self.on_revoke = on_revoke
+        self.load = load
+        self.port = port
+        self.host = host or os.environ.get("POD_IP") or "0.0.0.0"
+        self._routes = tuple(routes)
+        self._handle_signals = handle_signals
+        self.drain_margin = drain_margin
+        self._client = client
+        self._own_client = client is None
+        self.ack_annotation = ack_annotation_key(kind, set_name)
+
+        self.uid = ""
+        self.grace_period = DEFAULT_GRACE
+        self._state: WorkerState | None = None
+        self._loads: dict[str, float] = {}
+        self._reports_load = load is not None
+        self._stats = ProcessStats()
+        self._changed = asyncio.Condition()
+        self._wake = asyncio.Event()
+        self._ack_wake = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._callbacks: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._drain: asyncio.Task[bool] | None = None
+        self._drained = asyncio.Event()
+        self._schemes: dict[str, KeyScheme] = {}
+        self.acks_written = 0
+        self._written_ack: Ack | None = None
+
+    # ------------------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Worker:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def start(self, timeout: float = START_TIMEOUT) -> None:
+        """Read the own Pod, serve /metrics, and return once the assignment has been listed
+        (callbacks for the units it grants may still be running)."""
+        from apportion.worker.watch import AssignmentWatch
+
+        if self._client is None:
+            from lightkube import AsyncClient
+
+            self._client = AsyncClient(field_manager=FIELD_MANAGER)
+        self._namespace = self._namespace or self._client.namespace
+        await asyncio.wait_for(self._read_pod(), timeout)
+        self._state = WorkerState(
+            Member(self.pod_name, self.uid), self.kind, self.namespace, self.set_name
+        )
+        self._state.written = self._written_ack
+        if self.port is not None:
+            await self._serve_http()
+        watch = AssignmentWatch(
+            self._client,
+            self.namespace,
+            assignment_config_map(self.kind, self.set_name),
+            self._on_table,
+        )
+        self._spawn(watch.run(), "assignment-watch")
+        self._spawn(self._plan_loop(), "plan")
+        self._spawn(self._ack_loop(), "ack")
+        self._ack_wake.set()  # an earlier process of this pod may have left a draining mark
+        if self._handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._on_signal, signum)
+        await asyncio.wait_for(watch.synced.wait(), timeout)
+        logger.info(
+            "worker %s (uid %s) of %s %s/%s started; grace period %.0fs",
+            self.pod_name,
+            self.uid,
+            self.kind,
+            self.namespace,
+            self.set_name,
+            self.grace_period,
+        )
+
+    async def close(self) -> None:
+        """Stop watching; units still held are revoked (callbacks run); stop serving."""
+        if self._handle_signals:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await asyncio.gather(*self._callbacks, return_exceptions=True)
+        if self._state is not None:
+            left = self._state.drop_all()
+            if left:
+                await self._call(self.on_revoke or self.on_release, left, self._state.epoch)
+        if self._drain is not None and not self._drain.done():
+            self._drain.cancel()
+        self._drained.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._own_client and self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _read_pod(self) -> None:
+        from lightkube import ApiError
+        from lightkube.resources.core_v1 import Pod
+
+        assert self._client is not None
+        delay = 0.2
+        while True:
+            try:
+                pod = await self._client.get(Pod, self.pod_name, namespace=self.namespace)
+                break
+            except ApiError as error:
+                if error.status.code in (401, 403, 404):
+                    raise WorkerError(
+                        f"cannot read own Pod {self.namespace}/{self.pod_name}: "
+                        f"{error.status.message}"
+                    ) from error
+                logger.warning("reading own Pod failed (%s); retrying", error)
+            except OSError as error:  # API server not reachable yet
+                logger.warning("reading own Pod failed (%s); retrying", error)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        assert pod.metadata is not None and pod.metadata.uid is not None
+        self.uid = pod.metadata.uid
+        grace = pod.spec.terminationGracePeriodSeconds if pod.spec else None
+        self.grace_period = DEFAULT_GRACE if grace is None else float(grace)
+        text = (pod.metadata.annotations or {}).get(self.ack_annotation)
+        if text:
+            with contextlib.suppress(AssignmentFormatError):
+                self._written_ack = Ack.from_annotation(text)
+
+    # ----------------------------------------------------------------------- what apps ask
+
+    @property
+    def namespace(self) -> str:
+        if not self._namespace:
+            raise WorkerError("no namespace: set POD_NAMESPACE or pass namespace=")
+        return self._namespace
+
+    @property
+    def state(self) -> WorkerState:
+        if self._state is None:
+            raise RuntimeError("the worker is not started")
+        return self._state
+
+    @property
+    def table(self) -> AssignmentTable | None:
+        """The newest assignment table seen (None before the operator wrote one)."""
+        return self.state.view
+
+    @property
+    def epoch(self) -> int:
+        """Epoch of the newest table seen (0 before the first)."""
+        return self.state.epoch
+
+    @property
+    def draining(self) -> bool:
+        return self.state.draining
+
+    def my_units(self) -> frozenset[str]:
+        """Units to take new work for now (acquired, not being released, granted by the newest
+        table to this pod incarnation)."""
+        return self.state.my_units()
+
+    def owns(self, unit: str) -> bool:
+        return self.state.owns(unit)
+
+    def token(self, unit: str) -> int | None:
+        """The fencing token of an owned unit (the epoch at which it was granted; pass it along
+        with writes to storage that can reject older tokens), else None."""
+        return self.state.token(unit)
+
+    def unit_of(self, key: str) -> str:
+        """The unit of `key` under the set's key scheme and unit count (from the table)."""
+        table = self.table
+        if table is None:
+            raise LookupError("no assignment table yet")
+        scheme = self._schemes.get(table.key_scheme)
+        if scheme is None:
+            from apportion.engine.keys import get_scheme
+
+            scheme = self._schemes[table.key_scheme] = get_scheme(table.key_scheme)
+        return str(scheme.unit(key, table.count))
+
+    def owner_of(self, key: str) -> str | None:
+        """The pod that owns `key`'s unit in the newest table (also while it releases it), or
+        None: no table yet, or the unit is unassigned."""
+        table = self.table
+        if table is None:
+            return None
+        state = table.units.get(self.unit_of(key))
+        return None if state is None else state.owner
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float | None = None) -> None:
+        """Wait until `predicate()` holds; it is checked after every table, callback and ack."""
+        async with self._changed:
+            await asyncio.wait_for(self._changed.wait_for(predicate), timeout)
+
+    # ---------------------------------------------------------------------------- draining
+
+    def _on_signal(self, signum: int) -> None:
+        if self._drain is None:
+            logger.info("%s received: draining", signal.Signals(signum).name)
+            self._drain = asyncio.ensure_future(self.drain())
+        else:
+            logger.info("%s received again: exiting without waiting", signal.Signals(signum).name)
+            self._drained.set()
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Mark this pod draining (in its ack), so that the operator moves every unit away;
+        release them as asked, and return once none is left — True — or after `timeout`
+        (default: the pod's grace period minus `drain_margin`) — False."""
+        if timeout is None:
+            timeout = max(0.0, self.grace_period - self.drain_margin)
+        self.state.start_draining()
+        self._wake.set()
+        self._ack_wake.set()
+        await self._notify()
+        try:
+            await self.wait_for(self.state.drained, timeout)
+            done = True
+        except TimeoutError:
+            done = False
+            logger.warning(
+                "drain timed out after %.1fs holding %s",
+                timeout,
+                ",".join(sorted(self.state.held)) or "nothing",
+            )
+        self._drained.set()
+        return done
+
+    async def wait_drained(self) -> None:
+        """Wait until the worker has drained (after SIGTERM/SIGINT or `drain()`)."""
+        await self._drained.wait()
+
+    # ----------------------------------------------------------------------------- the loop
+
+    def _on_table(self, table: AssignmentTable) -> None:
+        try:
+            accepted = self.state.receive(table)
+        except ValueError as error:
+            logger.error("ignoring assignment: %s", error)
+            return
+        if accepted:
+            self._wake.set()
+            self._ack_wake.set()
+            self._spawn(self._notify(), "notify")
+
+    async def _plan_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            transition = self.state.next_transition()
+            if transition is None:
+                continue
+            task = asyncio.create_task(self._run(transition))
+            self._callbacks.add(task)
+            task.add_done_callback(self._callbacks.discard)
+
+    async def _run(self, t: Transition) -> None:
+        state = self.state
+        if t.stop:
+            await self._call(self.on_revoke or self.on_release, t.stop, t.epoch)
+            state.stopped(t.stop)
+        await asyncio.gather(self._release(t), self._acquire(t))
+        self._wake.set()
+        self._ack_wake.set()
+        await self._notify()
+
+    async def _release(self, t: Transition) -> None:
+        if t.release:
+            await self._call(self.on_release, t.release, t.epoch)
+            for unit in t.release:
+                self._loads.pop(unit, None)
+            self.state.released(t.release)
+
+    async def _acquire(self, t: Transition) -> None:
+        if not t.acquire:
+            return
+        ok = await self._call(self.on_acquire, t.acquire, t.epoch)
+        if not ok:
+            await asyncio.sleep(ACQUIRE_RETRY)
+        self.state.acquired(t.acquire, ok=ok)
+
+    async def _call(
+        self, callback: UnitsCallback | None, units: frozenset[str], epoch: int
+    ) -> bool:
+        if callback is None:
+            return True
+        try:
+            await callback(units, epoch)
+        except Exception:
+            logger.exception("%s(%s, epoch %d) raised", callback.__name__, _show(units), epoch)
+            return False
+        return True
+
+    async def _ack_loop(self) -> None:
+        from lightkube.resources.core_v1 import Pod
+        from lightkube.types import PatchType
+
+        assert self._client is not None
+        delay = 0.2
+        while True:
+            await self._ack_wake.wait()
+            self._ack_wake.clear()
+            ack = self.state.ack_due()
+            if ack is None:
+                continue
+            # The uid makes the patch fail rather than land on a newer Pod of the same name.
+            patch = {
+                "metadata": {
+                    "uid": self.uid,
+                    "annotations": {self.ack_annotation: ack.to_annotation()},
+                }
+            }
+            try:
+                await self._client.patch(
+                    Pod,
+                    self.pod_name,
+                    patch,
+                    namespace=self.namespace,
+                    patch_type=PatchType.MERGE,
+                )
+            except Exception as error:
+                logger.warning("writing the ack failed (%s); retrying in %.1fs", error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, ACK_RETRY_MAX)
+                self._ack_wake.set()
+                continue
+            delay = 0.2
+            self.state.ack_written(ack)
+            self.acks_written += 1
+            logger.debug("ack written: %s", ack.to_annotation())
+            self._ack_wake.set()  # something may have become due meanwhile
+            await self._notify()
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+        task = asyncio.ensure_future(coro)
+        task.set_name(f"worker/{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+
+    # ----------------------------------------------------------------------------- metrics
+
+    def report_load(self, unit: str, value: float) -> None:
+        """The current load of `unit` (a rate, in the set's own measure; docs/metrics.md)."""
+        if not value >= 0 or value == float("inf"):
+            raise ValueError(f"load must be a finite number >= 0, got {value!r}")
+        self._reports_load = True
+        self._loads[unit] = float(value)
+
+    def unit_loads(self) -> Mapping[str, float]:
+        """What /metrics reports per unit: every owned unit, zeros included, and only those."""
+        if not self._reports_load:
+            return {}
+        units = self.my_units()
+        if self.load is not None:
+            return {unit: float(self.load(unit)) for unit in units}
+        return {unit: self._loads.get(unit, 0.0) for unit in units}
+
+    def metrics(self) -> WorkerMetrics:
+        stats = self._stats.read()
+        loads = self.unit_loads()
+        return WorkerMetrics(
+            unit_loads={self.set_name: loads} if loads else {},
+            cpu_percent=stats.cpu_percent,
+            cpu_count=stats.cpu_count,
+            memory_usage_bytes=stats.memory_usage_bytes,
+            memory_available_bytes=stats.memory_available_bytes,
+            memory_max_available_bytes=stats.memory_max_available_bytes,
+        )
+
+    async def metrics_handler(self, request: web.Request) -> web.Response:
+        """aiohttp handler of the metrics page, for apps that serve HTTP themselves."""
+        from aiohttp import web
+
+        return web.Response(
+            body=self.metrics().render().encode(), headers={"Content-Type": CONTENT_TYPE}
+        )
+
+    async def _serve_http(self) -> None:
+        from aiohttp import web
+
+        async def healthz(request: web.Request) -> web.Response:
+            return web.Response(text="ok")
+
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics_handler)
+        app.router.add_get("/healthz", healthz)
+        app.router.add_routes(self._routes)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self.host, self.port).start()
+        logger.info("serving /metrics on %s:%s", self.host, self.port)
+
+
+def _show(units: Iterable[str], sample: int = 8) -> str:
+    ordered = sorted(units, key=lambda u: (len(u), u))
+    return ",".join(ordered[:sample]) + (",…" if len(ordered) > sample else "")

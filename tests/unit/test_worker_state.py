@@ -1,0 +1,309 @@
+"""The worker's pure state: table transitions → callbacks, fencing by epoch and pod uid, and
+what the acks it writes say."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from apportion.api.assignment import (
+    Ack,
+    AssignmentTable,
+    Member,
+    Release,
+    SetRef,
+    UnitState,
+)
+from apportion.engine.handoff import is_owner, releasing_units
+from apportion.worker.state import WorkerState
+
+REF = SetRef("PartitionSet", "ns", "demo", "set-uid-1")
+ME = Member("w-0", "uid-0")
+OTHER = Member("w-1", "uid-1")
+
+
+def table(
+    epoch: int,
+    units: dict[str, UnitState],
+    *,
+    members: tuple[Member, ...] = (ME, OTHER),
+    ref: SetRef = REF,
+) -> AssignmentTable:
+    return AssignmentTable(ref, 1, "netherite", len(units), epoch, members, units)
+
+
+def owned(owner: str | None, epoch: int) -> UnitState:
+    return UnitState(owner, epoch)
+
+
+def releasing(owner: str, epoch: int, to: str, since_epoch: int) -> UnitState:
+    return UnitState(owner, epoch, Release(to, 100.0, since_epoch))
+
+
+def state() -> WorkerState:
+    return WorkerState(ME, "PartitionSet", "ns", "demo")
+
+
+def start(s: WorkerState, t: AssignmentTable) -> None:
+    """Receive `t` and complete whatever it asks."""
+    assert s.receive(t)
+    while (step := s.next_transition()) is not None:
+        s.stopped(step.stop)
+        s.released(step.release)
+        s.acquired(step.acquire)
+
+
+def test_first_table_acquires_granted_units_and_serves_them_once_acquired() -> None:
+    s = state()
+    assert s.next_transition() is None
+    assert s.receive(table(1, {"0": owned("w-0", 1), "1": owned("w-1", 1), "2": owned(None, 0)}))
+    step = s.next_transition()
+    assert step is not None
+    assert (step.acquire, step.release, step.stop) == ({"0"}, set(), set())
+    assert step.tokens == {"0": 1} and step.epoch == 1
+    # Not served while on_acquire runs, and not planned twice.
+    assert not s.owns("0") and s.my_units() == set()
+    assert s.next_transition() is None
+    s.acquired(step.acquire)
+    assert s.my_units() == {"0"} and s.token("0") == 1
+    assert not s.owns("1") and s.token("1") is None
+    assert s.ack_due() is None  # nothing to acknowledge: no Pod write
+
+
+def test_release_fences_at_once_and_acks_only_after_the_callback() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    s.receive(table(2, {"0": owned("w-0", 1), "1": releasing("w-0", 1, "w-1", 2)}))
+    # The newest view decides at once: no new work for unit 1 even before the callback runs.
+    assert s.my_units() == {"0"}
+    step = s.next_transition()
+    assert step is not None and step.release == {"1"} and not step.acquire and not step.stop
+    assert s.ack_due() is None  # still finishing unit 1: nothing released to report
+    s.released(step.release)
+    ack = s.ack_due()
+    assert ack == Ack(uid="uid-0", epoch=2, pending=frozenset(), draining=False)
+    s.ack_written(ack)
+    assert s.ack_due() is None
+    # The hand-off completes: unit 1 is w-1's under epoch 3; nothing left to do or write.
+    s.receive(table(3, {"0": owned("w-0", 1), "1": owned("w-1", 3)}))
+    assert s.next_transition() is None and s.ack_due() is None
+    assert s.my_units() == {"0"}
+
+
+def test_ack_lists_units_still_finishing_as_pending() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    s.receive(table(2, {"0": releasing("w-0", 1, "w-1", 2), "1": releasing("w-0", 1, "w-1", 2)}))
+    step = s.next_transition()
+    assert step is not None and step.release == {"0", "1"}
+    s.released({"0"})  # one callback's worth; "1" still held
+    # Callbacks get units in groups, but the rule is per unit: report what is done.
+    ack = s.ack_due()
+    assert ack is not None and ack.pending == {"1"} and ack.epoch == 2
+    s.ack_written(ack)
+    s.released({"1"})
+    later = s.ack_due()
+    assert later is not None and later.pending == frozenset()
+
+
+def test_units_granted_to_another_incarnation_of_this_pod_are_not_served() -> None:
+    s = state()
+    old_me = Member("w-0", "uid-old")
+    s.receive(table(1, {"0": owned("w-0", 1)}, members=(old_me, OTHER)))
+    assert s.next_transition() is None
+    assert not s.owns("0")
+    # The operator catches up with the new uid: now the unit is acquired.
+    s.receive(table(2, {"0": owned("w-0", 2)}))
+    step = s.next_transition()
+    assert step is not None and step.acquire == {"0"} and step.tokens == {"0": 2}
+
+
+def test_a_unit_taken_away_without_hand_off_is_stopped_and_regranted_under_a_new_token() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    # Tables 2..4 were missed: unit 0 went elsewhere and came back under epoch 4.
+    s.receive(table(5, {"0": owned("w-0", 4), "1": owned("w-1", 5)}))
+    assert s.my_units() == set()  # neither token matches the view any more
+    step = s.next_transition()
+    assert step is not None
+    assert step.stop == {"0", "1"} and step.acquire == {"0"} and step.tokens == {"0": 4}
+    assert s.ack_due() is None  # a stop is not acknowledged
+    s.stopped(step.stop)
+    s.acquired(step.acquire)
+    assert s.my_units() == {"0"} and s.token("0") == 4
+
+
+def test_older_and_equal_epochs_are_ignored_a_recreated_set_starts_over() -> None:
+    s = state()
+    start(s, table(3, {"0": owned("w-0", 3)}))
+    assert not s.receive(table(2, {"0": owned("w-1", 2)}))
+    assert not s.receive(table(3, {"0": owned("w-1", 3)}))
+    assert s.my_units() == {"0"}
+    # Same name, new uid: epochs restart, so a held token may match a new unit epoch by chance.
+    recreated = SetRef(REF.kind, REF.namespace, REF.name, "set-uid-2")
+    assert s.receive(table(3, {"0": owned("w-0", 3)}, ref=recreated))
+    assert s.my_units() == set()
+    step = s.next_transition()
+    assert step is not None and step.stop == {"0"} and step.acquire == {"0"}
+
+
+def test_a_table_of_another_set_is_refused() -> None:
+    s = state()
+    other = SetRef("ShardSet", "ns", "demo", "uid")
+    with pytest.raises(ValueError, match="ShardSet ns/demo"):
+        s.receive(table(1, {"0": owned("w-0", 1)}, ref=other))
+
+
+def test_a_busy_unit_is_not_planned_again_and_a_cancelled_release_is_reacquired() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1)}))
+    s.receive(table(2, {"0": releasing("w-0", 1, "w-1", 2)}))
+    step = s.next_transition()
+    assert step is not None and step.release == {"0"}
+    # The hand-off is cancelled while on_release still runs: no second callback meanwhile.
+    s.receive(table(3, {"0": owned("w-0", 1)}))
+    assert s.next_transition() is None
+    assert not s.owns("0")  # still being released
+    s.released(step.release)
+    again = s.next_transition()
+    assert again is not None and again.acquire == {"0"} and again.tokens == {"0": 1}
+
+
+def test_a_failed_acquire_is_not_served_and_is_retried() -> None:
+    s = state()
+    s.receive(table(1, {"0": owned("w-0", 1)}))
+    step = s.next_transition()
+    assert step is not None
+    s.acquired(step.acquire, ok=False)
+    assert not s.owns("0")
+    retry = s.next_transition()
+    assert retry is not None and retry.acquire == {"0"}
+
+
+def test_a_release_of_a_unit_this_process_never_held_is_acknowledged_at_once() -> None:
+    # A restarted container (same pod uid) finds a release for a unit it never acquired.
+    s = state()
+    s.receive(table(4, {"0": releasing("w-0", 2, "w-1", 4), "1": owned("w-0", 2)}))
+    step = s.next_transition()
+    assert step is not None and step.acquire == {"1"} and not step.release
+    ack = s.ack_due()
+    assert ack == Ack(uid="uid-0", epoch=4, pending=frozenset(), draining=False)
+
+
+def test_draining_marks_the_ack_stops_acquiring_and_ends_when_everything_moved() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-1", 1)}))
+    s.start_draining()
+    ack = s.ack_due()
+    assert ack == Ack(uid="uid-0", epoch=1, pending=frozenset(), draining=True)
+    s.ack_written(ack)
+    assert s.ack_due() is None and not s.drained()
+    # A table written before the operator saw the mark grants unit 2: not taken up.
+    s.receive(
+        table(2, {"0": releasing("w-0", 1, "w-1", 2), "1": owned("w-1", 1), "2": owned("w-0", 2)})
+    )
+    step = s.next_transition()
+    assert step is not None and step.release == {"0"} and not step.acquire
+    s.released(step.release)
+    ack = s.ack_due()
+    assert ack is not None and ack.draining and ack.epoch == 2 and not ack.pending
+    s.ack_written(ack)
+    assert not s.drained()  # unit 2 is still ours in the view
+    s.receive(
+        table(3, {"0": owned("w-1", 3), "1": owned("w-1", 1), "2": releasing("w-0", 2, "w-1", 3)})
+    )
+    assert s.next_transition() is None  # never acquired: nothing to release
+    ack = s.ack_due()
+    assert ack is not None and ack.epoch == 3 and ack.draining
+    s.ack_written(ack)
+    s.receive(table(4, {"0": owned("w-1", 3), "1": owned("w-1", 1), "2": owned("w-1", 4)}))
+    assert s.drained()
+
+
+def test_draining_before_any_table_and_a_stale_mark_from_an_earlier_process() -> None:
+    s = state()
+    assert s.drained()
+    s.start_draining()
+    assert s.ack_due() == Ack(uid="uid-0", epoch=0, draining=True)
+    # A new process in the same pod finds the old process's draining mark and clears it.
+    fresh = state()
+    fresh.written = Ack(uid="uid-0", epoch=7, draining=True)
+    assert fresh.ack_due() == Ack(uid="uid-0", epoch=0, draining=False)
+    # A mark written by an earlier pod incarnation speaks for nobody.
+    other = state()
+    other.written = Ack(uid="uid-old", epoch=7, draining=True)
+    assert other.ack_due() is None
+
+
+def test_drop_all_gives_up_everything_held() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    assert s.drop_all() == {"0", "1"}
+    assert s.my_units() == set() and not s.held
+    assert not s.drained()  # the view still grants them: exit means the pod's deletion fences
+
+
+# ------------------------------------------------------------------------- properties
+
+
+UNITS = [str(i) for i in range(4)]
+PODS = ["w-0", "w-1"]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[AssignmentTable]:
+    """Increasing epochs of valid tables in which units come and go, with releases."""
+    tables = []
+    states = {unit: owned(None, 0) for unit in UNITS}
+    for epoch in range(1, draw(st.integers(1, 8)) + 1):
+        for unit in draw(st.lists(st.sampled_from(UNITS), unique=True)):
+            current = states[unit]
+            if current.owner is not None and current.releasing is None and draw(st.booleans()):
+                to = next(p for p in PODS if p != current.owner)
+                states[unit] = releasing(current.owner, current.epoch, to, epoch)
+            else:
+                states[unit] = owned(draw(st.sampled_from([*PODS, None])), epoch)
+        me_uid = draw(st.sampled_from(["uid-0", "uid-0", "uid-0", "uid-old"]))
+        tables.append(table(epoch, dict(states), members=(Member("w-0", me_uid), OTHER)))
+    return tables
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories(), data=st.data())
+def test_fencing_and_acks_hold_over_any_history(
+    history: list[AssignmentTable], data: st.DataObject
+) -> None:
+    s = state()
+    running: list[tuple[str, frozenset[str]]] = []
+    for t in history:
+        s.receive(t)
+        check_fencing(s)  # the newest view rules before any callback has run
+        # Callbacks finish in any order, some only later.
+        while True:
+            step = s.next_transition()
+            if step is not None:
+                s.stopped(step.stop)
+                running += [("release", step.release), ("acquire", step.acquire)]
+            if not running or not data.draw(st.booleans(), label="finish one"):
+                break
+            kind, units = running.pop(data.draw(st.integers(0, len(running) - 1)))
+            (s.released if kind == "release" else s.acquired)(units)
+        check_fencing(s)
+        view = s.view
+        assert view is not None
+        ack = s.ack_due()
+        if ack is not None:
+            # An ack never reports a unit released while this process still holds it.
+            assert not (releasing_units(view, ME) - ack.pending) & s.held.keys()
+            assert ack.uid == ME.uid and ack.epoch == view.epoch
+            s.ack_written(ack)
+
+
+def check_fencing(s: WorkerState) -> None:
+    """Only what the newest view grants this incarnation, under the token it was acquired with."""
+    view = s.view
+    assert view is not None
+    for unit in s.my_units():
+        assert is_owner(view, ME, unit)
+        assert view.units[unit].epoch == s.token(unit)
