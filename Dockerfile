@@ -1,8 +1,12 @@
 # The apportion operator image: `docker build -t apportion .`
-# Builder: turn the package and its dependencies into wheels (all have manylinux wheels, so no
-# compiler is needed). Final: install the wheels offline into a slim image, run as non-root.
+# Builder: turn the package and its dependencies into wheels (the dependencies have manylinux
+# wheels; the compiler and libxxhash-dev are for our native key kernel). Final: install the
+# wheels offline into a slim image with the runtime libxxhash, run as non-root.
 
 FROM python:3.11-slim AS builder
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev libxxhash-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
@@ -12,6 +16,9 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libxxhash0 \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /wheels /tmp/wheels
 RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels apportion \
     && rm -rf /tmp/wheels \

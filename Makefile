@@ -4,11 +4,16 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup controlplane demo test unit e2e bench lint crds
+.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds
 
-setup: $(VENV)/.installed
+setup: native-deps $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# libxxhash-dev for the optional native key kernel; a no-op when present, a note when it
+# cannot be installed (the kernel is then skipped and the Python key path used).
+native-deps:
+	sh scripts/native-deps.sh
+
+$(VENV)/.installed: pyproject.toml operator/apportion/engine/_keys.c | native-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -12,6 +12,10 @@ Three schemes, each with a single-key path and a batched numpy path that give id
   owns the contiguous hash range ``[u·2⁶⁴/n, (u+1)·2⁶⁴/n)`` and doubling ``n`` splits every unit
   ``u`` into ``2u`` and ``2u+1``. The ``!n`` suffix pins an ID to ``n mod count`` as in Netherite
   (explicit co-location); pinned IDs do not follow the split rule.
+
+:data:`SCHEMES` runs on the optional C kernel ``apportion.engine._keys`` (built against the
+system libxxhash) when it is installed — :data:`NATIVE` says so — and on the Python path of
+:data:`PURE_SCHEMES` otherwise; both give the same units bit for bit.
 """
 
 from __future__ import annotations
@@ -22,9 +26,16 @@ from typing import Final, Protocol
 import numpy as np
 import xxhash
 
+try:
+    from apportion.engine import _keys as _native
+except ImportError:  # installed without a C compiler or libxxhash-dev
+    _native = None
+
 __all__ = [
     "DEFAULT_SCHEME",
     "MAX_COUNT",
+    "NATIVE",
+    "PURE_SCHEMES",
     "SCHEMES",
     "KeyScheme",
     "fnv1a_32",
@@ -37,6 +48,9 @@ __all__ = [
 
 MAX_COUNT: Final = 2**31 - 1
 """Largest unit count any scheme accepts (Akka's shard count is a Java ``int``)."""
+
+NATIVE: Final = _native is not None
+"""Whether :data:`SCHEMES` run on the C kernel (else on the Python path)."""
 
 _UINT32_MAX: Final = 0xFFFFFFFF
 _FNV_OFFSET: Final = 0x811C9DC5
@@ -286,9 +300,28 @@ class ApportionScheme:
         return result
 
 
-SCHEMES: Final[dict[str, KeyScheme]] = {
+class NativeScheme:
+    """A scheme on the C kernel: one C call per key (``unit``) or per batch (``units``), with
+    the results of its Python twin in :data:`PURE_SCHEMES`."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # A builtin function is no descriptor: ``scheme.unit(key, n)`` calls C with no frame.
+        self.unit = getattr(_native, f"{name}_unit")
+        self._fill = getattr(_native, f"{name}_units")
+
+    def units(self, keys: Sequence[str], count: int) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.int64)
+        self._fill(keys, count, out)
+        return out
+
+
+PURE_SCHEMES: Final[dict[str, KeyScheme]] = {
     scheme.name: scheme for scheme in (NetheriteScheme(), AkkaScheme(), ApportionScheme())
 }
+SCHEMES: Final[dict[str, KeyScheme]] = (
+    {name: NativeScheme(name) for name in PURE_SCHEMES} if NATIVE else PURE_SCHEMES
+)
 DEFAULT_SCHEME: Final = "apportion"
 
 
