@@ -1,10 +1,167 @@
-"""`apportion demo-worker`: not built yet."""
+"""`apportion demo-worker`: the demo worker the samples run (docs/worker.md).
+
+Unit mode (a PartitionSet or ShardSet):
+    apportion demo-worker --kind PartitionSet --set demo [--port 8080] [--load-profile uniform]
+serves GET /key/<id>, /units, /metrics and /healthz on $POD_IP (else every address) and logs
+every acquire/release/stop with its epoch. SIGTERM drains: the units move away, then it exits.
+
+Grain mode (GrainTypes):
+    apportion demo-worker --grains [TYPE ...] [--rate R] [--lifetime S] [--port 8080]
+places activations through the namespace's placement tables (apportion.grains.demo).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apportion.worker.demo import LoadProfile
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo-worker", help="(not built yet)")
-    parser.set_defaults(func=lambda args: parser.error("not built yet"))
+    parser = subparsers.add_parser(
+        "demo-worker",
+        help="the demo worker the samples run (needs POD_NAME, POD_NAMESPACE)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    units = parser.add_argument_group("unit mode")
+    units.add_argument("--kind", choices=("PartitionSet", "ShardSet"), help="the set's kind")
+    units.add_argument("--set", dest="set_name", metavar="NAME", help="the set's name")
+    units.add_argument(
+        "--load-profile",
+        default="uniform",
+        metavar="PROFILE",
+        help="per-unit load reported on /metrics: uniform[:V] (default, V=1), zipf[:S] "
+        "(unit u: 100/(u+1)^S), units:U=V,...[,*=DEFAULT], requests (GET /key per second), "
+        "none",
+    )
+    units.add_argument(
+        "--release-delay",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="time a release takes after the unit's requests finished (default 0)",
+    )
+    units.add_argument(
+        "--work-time",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="time each GET /key request takes (default 0)",
+    )
+    grains = parser.add_argument_group("grain mode")
+    grains.add_argument(
+        "--grains",
+        nargs="*",
+        metavar="TYPE",
+        help="run the grain demo; with grain types and --rate, activate grains continuously",
+    )
+    grains.add_argument("--rate", type=float, default=0.0, help="activations per second")
+    grains.add_argument("--lifetime", type=float, default=0.0, help="seconds per activation")
+    parser.add_argument("--port", type=int, default=8080, help="HTTP port (default 8080)")
+    parser.add_argument("--host", help="address to listen on (default $POD_IP, else all)")
+    parser.add_argument(
+        "--namespace", help="namespace of the set (default $POD_NAMESPACE, else the kubeconfig's)"
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.set_defaults(func=run, parser=parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.parser
+    if args.grains is not None:
+        if args.kind or args.set_name:
+            parser.error("--grains runs the grain demo: leave out --kind and --set")
+        main = _grain_mode(args)
+    else:
+        if not (args.kind and args.set_name):
+            parser.error("--kind and --set are required (or --grains for the grain demo)")
+        if args.release_delay < 0 or args.work_time < 0:
+            parser.error("--release-delay and --work-time must be >= 0")
+        from apportion.worker.demo import LoadProfile
+
+        try:
+            profile = LoadProfile.parse(args.load_profile)
+        except ValueError as error:
+            parser.error(f"--load-profile: {error}")
+        main = _unit_mode(args, profile)
+    _configure_logging(args.verbose)
+    import asyncio
+
+    from apportion.worker import WorkerError
+
+    try:
+        asyncio.run(main)
+    except WorkerError as error:
+        print(f"apportion demo-worker: {error}", flush=True)
+        return 1
+    return 0
+
+
+async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
+    from apportion.worker.demo import DemoWorker
+
+    demo = DemoWorker(
+        args.kind,
+        args.set_name,
+        port=args.port,
+        host=args.host,
+        namespace=args.namespace,
+        profile=profile,
+        release_delay=args.release_delay,
+        work_time=args.work_time,
+    )
+    await demo.run()
+
+
+async def _grain_mode(args: argparse.Namespace) -> None:
+    import asyncio
+    import signal
+
+    from apportion.grains.demo import serve
+    from apportion.worker import WorkerError
+
+    member = os.environ.get("POD_NAME")
+    if not member:
+        raise WorkerError("POD_NAME is not set (give it through the downward API)")
+    task = asyncio.ensure_future(
+        serve(
+            member=member,
+            host=args.host or os.environ.get("POD_IP") or "0.0.0.0",
+            port=args.port,
+            namespace=args.namespace or os.environ.get("POD_NAMESPACE"),
+            grain_types=args.grains,
+            rate=args.rate,
+            lifetime=args.lifetime,
+        )
+    )
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not task.cancelled():
+            raise
+
+
+def _configure_logging(verbose: bool) -> None:
+    import logging
+    import sys
+
+    from apportion.worker.demo import OWNERSHIP_LOGGER
+
+    # Every line starts with Unix time, so lines of several workers sort into one timeline.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(logging.Formatter("%(created).6f %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    for noisy in ("httpx", "httpx2", "aiohttp.access"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    plain = logging.StreamHandler(sys.stdout)
+    plain.setFormatter(logging.Formatter("%(created).6f %(message)s"))
+    ownership = logging.getLogger(OWNERSHIP_LOGGER)
+    ownership.addHandler(plain)
+    ownership.propagate = False

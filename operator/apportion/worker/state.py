@@ -143,8 +143,9 @@ class WorkerState:
         return frozenset(unit for unit in self.held if self.owns(unit))
 
     def token(self, unit: str) -> int | None:
-        """The fencing token of an owned unit (its epoch of assignment), else None."""
-        return self.held[unit] if self.owns(unit) else None
+        """The fencing token (epoch of assignment) of a unit this process holds — acquiring,
+        serving or releasing it — else None."""
+        return self.held.get(unit)
 
     # ---------------------------------------------------------------------------------- acks
 

@@ -29,6 +29,9 @@ from apportion.api.assignment import (
 
 logger = logging.getLogger(__name__)
 
+WATCH_TIMEOUT = 300
+"""Seconds after which the server ends a watch and lightkube opens the next one from the last
+version seen, so a connection that died silently is noticed within this time."""
 RETRY_MIN = 0.2
 RETRY_MAX = 5.0
 INCOMPLETE_ATTEMPTS = 5
@@ -48,8 +51,11 @@ class AssignmentWatch:
         namespace: str,
         name: str,
         on_table: Callable[[AssignmentTable], None],
+        *,
+        watch_timeout: int = WATCH_TIMEOUT,
     ) -> None:
         self.client = client
+        self.watch_timeout = watch_timeout
         self.namespace = namespace
         self.name = name
         self.on_table = on_table
@@ -69,7 +75,11 @@ class AssignmentWatch:
                 self.synced.set()
                 delay = RETRY_MIN
                 async for event, configmap in self.client.watch(
-                    ConfigMap, namespace=self.namespace, fields=fields, resource_version=version
+                    ConfigMap,
+                    namespace=self.namespace,
+                    fields=fields,
+                    resource_version=version,
+                    server_timeout=self.watch_timeout,
                 ):
                     if event == "DELETED":
                         # Garbage collection after the set's deletion, or a mistake: either way

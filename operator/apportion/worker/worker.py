@@ -17,6 +17,7 @@ from apportion.api.assignment import (
     AssignmentTable,
     Member,
     ack_annotation_key,
+    unit_order,
 )
 from apportion.api.metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.api.unitset import assignment_config_map
@@ -278,8 +279,9 @@ class Worker:
         return self.state.owns(unit)
 
     def token(self, unit: str) -> int | None:
-        """The fencing token of an owned unit (the epoch at which it was granted; pass it along
-        with writes to storage that can reject older tokens), else None."""
+        """The fencing token of a unit this process holds (acquiring, serving or releasing it):
+        the epoch at which it was granted. Pass it along with writes to storage that can reject
+        older tokens. None for other units."""
         return self.state.token(unit)
 
     def unit_of(self, key: str) -> str:
@@ -474,7 +476,7 @@ class Worker:
         """What /metrics reports per unit: every owned unit, zeros included, and only those."""
         if not self._reports_load:
             return {}
-        units = self.my_units()
+        units = unit_order(self.my_units())
         if self.load is not None:
             return {unit: float(self.load(unit)) for unit in units}
         return {unit: self._loads.get(unit, 0.0) for unit in units}
@@ -516,5 +518,5 @@ class Worker:
 
 
 def _show(units: Iterable[str], sample: int = 8) -> str:
-    ordered = sorted(units, key=lambda u: (len(u), u))
+    ordered = unit_order(units)
     return ",".join(ordered[:sample]) + (",…" if len(ordered) > sample else "")

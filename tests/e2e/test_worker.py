@@ -1,0 +1,291 @@
+"""The worker library in a real process: `apportion demo-worker` in a simulated pod, with only the
+worker RBAC of manifests/worker-rbac.yaml, follows assignment ConfigMaps the test writes in the
+documented format (playing the operator), serves keys and /metrics on its pod IP, acknowledges
+releases on its own Pod, and drains on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from apportion.api.assignment import (
+    Ack,
+    AssignmentTable,
+    Member,
+    Release,
+    SetRef,
+    UnitState,
+    ack_annotation_key,
+    encode_assignment,
+)
+from apportion.api.metrics import WorkerMetrics
+from apportion.api.unitset import assignment_config_map
+
+REPO = Path(__file__).parents[2]
+KIND, SET = "PartitionSet", "demo"
+ACK_KEY = ack_annotation_key(KIND, SET)
+OTHER = Member("w-1", "uid-of-w-1")  # a member that exists only in the tables
+_http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def write_table(
+    kubectl: Callable[..., Any], namespace: str, table: AssignmentTable, **encoding: int
+) -> list[str]:
+    """Publish `table` as the operator does: chunks first, then the root. The names written."""
+    base = assignment_config_map(KIND, SET)
+    root, *chunks = encode_assignment(table, **encoding)
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": base + part.suffix, "namespace": namespace},
+            **part.body(),
+        }
+        for part in (*chunks, root)
+    ]
+    for doc in docs:
+        kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    return [d["metadata"]["name"] for d in docs]
+
+
+def http(url: str) -> tuple[int, dict[str, str], str]:
+    try:
+        with _http.open(url, timeout=10) as answer:
+            return answer.status, dict(answer.headers), answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def service_account_kubeconfig(dev_cluster: Any, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as `account`, so the worker runs with its RBAC only."""
+    token = dev_cluster.kubectl("create", "token", account, "-n", namespace).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "dev",
+                "cluster": {
+                    "server": dev_cluster.server,
+                    "certificate-authority": str(dev_cluster.ca_file),
+                },
+            }
+        ],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [
+            {
+                "name": "worker",
+                "context": {"cluster": "dev", "user": account, "namespace": namespace},
+            }
+        ],
+        "current-context": "worker",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+class WorkerPod:
+    """One demo-worker process in a simulated pod named w-0."""
+
+    def __init__(self, dev_cluster: Any, namespace: str, kubeconfig: Path) -> None:
+        self.cluster = dev_cluster
+        self.namespace = namespace
+        self.name = "w-0"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name, "annotations": {"apportion.dev/simulate": "process"}},
+            "spec": {
+                "serviceAccountName": "workers",
+                "terminationGracePeriodSeconds": 60,
+                "containers": [
+                    {
+                        "name": "worker",
+                        "image": "apportion:test",
+                        "command": [
+                            "apportion",
+                            "demo-worker",
+                            "--kind",
+                            KIND,
+                            "--set",
+                            SET,
+                            "--port",
+                            "8080",
+                            "--load-profile",
+                            "units:0=5,*=1.5",
+                        ],
+                        "env": [{"name": "KUBECONFIG", "value": str(kubeconfig)}],
+                    }
+                ],
+            },
+        }
+        dev_cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+
+    def get(self) -> dict[str, Any] | None:
+        found = self.cluster.kubectl(
+            "get", "pod", self.name, "-n", self.namespace, "-o", "json", check=False
+        )
+        return json.loads(found.stdout) if found.returncode == 0 else None
+
+    def ack(self) -> Ack | None:
+        pod = self.get()
+        text = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ACK_KEY)
+        return Ack.from_annotation(text) if text else None
+
+    def log(self) -> str:
+        path = self.cluster.pod_log_path(self.namespace, self.name)
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def ownership(self) -> list[tuple[str, str, int, int]]:
+        """(action, unit, epoch, token) of every ownership line, in order."""
+        pattern = re.compile(
+            r"^\d+\.\d+ (acquire|release|stop) unit=(\S+) epoch=(\d+) "
+            r"token=(\d+) pod=w-0 set=PartitionSet/demo$",
+            re.MULTILINE,
+        )
+        return [(a, u, int(e), int(t)) for a, u, e, t in pattern.findall(self.log())]
+
+
+def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
+    dev_cluster, kubectl, namespace, wait_for, tmp_path
+) -> None:
+    kubectl("apply", "-f", str(REPO / "manifests" / "worker-rbac.yaml"))
+    kubectl("create", "serviceaccount", "workers", "-n", namespace)
+    kubectl(
+        "create",
+        "rolebinding",
+        "workers",
+        "-n",
+        namespace,
+        "--clusterrole=apportion-worker",
+        f"--serviceaccount={namespace}:workers",
+    )
+    config = service_account_kubeconfig(dev_cluster, namespace, "workers", tmp_path / "kubeconfig")
+    worker = WorkerPod(dev_cluster, namespace, config)
+    wait_for(lambda: "started" in worker.log(), 60, f"worker never started:\n{worker.log()}")
+    pod = worker.get()
+    assert pod is not None
+    me = Member("w-0", pod["metadata"]["uid"])
+    url = f"http://{pod['status']['podIP']}:8080"
+    ref = SetRef(KIND, namespace, SET, "uid-of-the-set")
+
+    def table(epoch: int, units: dict[str, UnitState]) -> AssignmentTable:
+        return AssignmentTable(ref, 1, "netherite", 4, epoch, (me, OTHER), units)
+
+    S = UnitState
+    # Epoch 1: units 0 and 1 are w-0's.
+    write_table(
+        kubectl,
+        namespace,
+        table(1, {"0": S("w-0", 1), "1": S("w-0", 1), "2": S("w-1", 1), "3": S("w-1", 1)}),
+    )
+    wait_for(lambda: len(worker.ownership()) == 2, 30, f"no acquisitions:\n{worker.log()}")
+    assert worker.ownership() == [("acquire", "0", 1, 1), ("acquire", "1", 1, 1)]
+    # Keys by Netherite's `!n` suffix: key "k!n" belongs to unit n mod 4.
+    status, _, body = http(f"{url}/key/order!1")
+    assert status == 200 and json.loads(body) == {
+        "key": "order!1",
+        "unit": "1",
+        "pod": "w-0",
+        "token": 1,
+        "epoch": 1,
+    }
+    status, headers, body = http(f"{url}/key/order!6")
+    assert status == 421 and json.loads(body)["owner"] == "w-1"
+    assert headers["Apportion-Owner"] == "w-1"
+    status, headers, page = http(f"{url}/metrics")
+    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    metrics = WorkerMetrics.parse(page)
+    assert metrics.unit_loads == {"demo": {"0": 5.0, "1": 1.5}}  # owned units only
+    assert metrics.cpu_count and metrics.cpu_count >= 1 and metrics.memory_usage_bytes
+    assert worker.ack() is None  # nothing to acknowledge yet: no write on the Pod
+
+    # Epoch 2: unit 1 is released to w-1; the worker stops serving it and acknowledges.
+    write_table(
+        kubectl,
+        namespace,
+        table(
+            2,
+            {
+                "0": S("w-0", 1),
+                "1": S("w-0", 1, Release("w-1", time.time(), 2)),
+                "2": S("w-1", 1),
+                "3": S("w-1", 1),
+            },
+        ),
+    )
+    ack = wait_for(worker.ack, 30, "no ack for the release of unit 1")
+    assert ack == Ack(uid=me.uid, epoch=2, pending=frozenset(), draining=False)
+    assert worker.ownership()[-1] == ("release", "1", 2, 1)
+    status, _, body = http(f"{url}/key/order!1")
+    assert status == 503 and json.loads(body)["reason"] == "in hand-off"
+
+    # Epoch 3: the hand-off completed. Epoch 4 comes in chunks: unit 2 is w-0's now.
+    write_table(
+        kubectl,
+        namespace,
+        table(3, {"0": S("w-0", 1), "1": S("w-1", 3), "2": S("w-1", 1), "3": S("w-1", 1)}),
+    )
+    names = write_table(
+        kubectl,
+        namespace,
+        table(4, {"0": S("w-0", 1), "1": S("w-1", 3), "2": S("w-0", 4), "3": S("w-1", 1)}),
+        inline_limit=0,
+        chunk_limit=120,
+    )
+    assert len(names) > 2  # chunk ConfigMaps and the root holding their index
+    wait_for(
+        lambda: ("acquire", "2", 4, 4) in worker.ownership(),
+        30,
+        f"unit 2 not acquired from a chunked table:\n{worker.log()}",
+    )
+    status, _, body = http(f"{url}/key/order!1")
+    assert status == 421 and json.loads(body)["owner"] == "w-1"
+
+    # SIGTERM (the pod is deleted): the worker marks itself draining on its Pod...
+    kubectl("delete", "pod", "w-0", "-n", namespace, "--wait=false")
+    drain = wait_for(
+        lambda: (a := worker.ack()) is not None and a.draining and a,
+        30,
+        "no draining mark on the Pod",
+    )
+    assert drain.uid == me.uid and drain.epoch == 4
+    assert worker.get() is not None  # still there: it waits for its units to move away
+    # ...the operator (the test) moves both units away; the worker releases, acks, and exits.
+    since = time.time()
+    write_table(
+        kubectl,
+        namespace,
+        table(
+            5,
+            {
+                "0": S("w-0", 1, Release("w-1", since, 5)),
+                "1": S("w-1", 3),
+                "2": S("w-0", 4, Release("w-1", since, 5)),
+                "3": S("w-1", 1),
+            },
+        ),
+    )
+    final = wait_for(
+        lambda: (a := worker.ack()) is not None and a.epoch == 5 and a,
+        30,
+        "the draining worker did not acknowledge epoch 5",
+    )
+    assert final == Ack(uid=me.uid, epoch=5, pending=frozenset(), draining=True)
+    write_table(
+        kubectl,
+        namespace,
+        table(6, {"0": S("w-1", 6), "1": S("w-1", 3), "2": S("w-1", 6), "3": S("w-1", 1)}),
+    )
+    wait_for(lambda: worker.get() is None, 60, "the drained worker did not exit")
+    assert worker.ownership()[-2:] == [("release", "0", 5, 1), ("release", "2", 5, 4)]
+    log = worker.log()
+    assert "drain timed out" not in log and "Traceback" not in log
