@@ -1,13 +1,15 @@
-"""Unit allocation: Balanced against ports of the anchors (figures, not asserts).
+"""Unit allocation: Balanced against the anchors (figures, not asserts).
 
 1. Equal units, per fleet size: initial placement, scale-out by one member (N -> N+1), scale-in
-   by one. For each strategy: max/mean unit count, moves / lower bound (scale-out: the units the
-   new member must receive, floor(S/(N+1)); scale-in: the leaving member's units), rounds (plans)
-   until converged, and the time of one plan. Anchors: Akka LeastShards (limits 20 / 0.1, one
-   plan = one rebalance round, hand-offs complete between rounds), Akka ConsistentHashing (10
-   virtual nodes), a Dapr-style ring (100 virtual nodes), Orleans mod-n hash
-   (sorted_members[(hash & 0x7fffffff) % n]) and random placement (new units to a random
-   member, nothing rebalances).
+   by one, each driven by the scenario driver (`apportion.engine.scenarios.run_steps`: plans
+   until nothing moves). For each strategy: max/mean unit count, moves / lower bound
+   (scale-out: the units the new member must receive, floor(S/(N+1)); scale-in: the leaving
+   member's units), rounds (plans that moved something), and the time of the event's first
+   plan. Anchors (`apportion.engine.anchors`): Akka
+   LeastShards (limits 20 / 0.1, one plan = one rebalance round, hand-offs complete between
+   rounds), Akka ConsistentHashing (10 virtual nodes), a Dapr-style ring (100 virtual nodes),
+   Orleans mod-n hash (sorted_members[(hash & 0x7fffffff) % n]) and random placement (new
+   units to a random member, nothing rebalances).
 2. Measured loads: Zipf 1.1 over the units, then drifting load (log-normal random walk, sigma
    0.5 over 10 plans); and pure noise (equal true loads, each plan sees them x lognormal(0, 0.5)).
    Reports load max/mean, the hot-unit floor, max/mean of the members without a hot unit,
@@ -29,12 +31,11 @@ from __future__ import annotations
 
 import argparse
 import math
-import random
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,115 +43,47 @@ from apportion.engine.allocation import (
     AllocationRequest,
     AllocationStrategy,
     Balanced,
-    ConsistentHashing,
-    ConsistentHashingOptions,
-    LeastShards,
-    LeastShardsOptions,
     Member,
     Plan,
-    PlanMetrics,
 )
-from apportion.engine.allocation.state import PlanBuilder, index_request, target_members
-from apportion.engine.keys import xxh3_hashes
+from apportion.engine.anchors import ANCHORS, make_anchor
+from apportion.engine.scenarios import Scenario, Step, StepResult, World, run_steps
 
 Assignment = Mapping[str, Sequence[str]]
 
-
-# --- stateless baselines, as strategies --------------------------------------------------------
-
-
-class OrleansModN:
-    """Orleans' HashBasedPlacement over units: sorted_members[(hash & 0x7fffffff) % n]."""
-
-    def plan(self, request: AllocationRequest) -> Plan:
-        state = index_request(request)
-        targets, _ = target_members(state)
-        ordered = sorted(targets, key=lambda i: state.members[i].name)
-        builder = PlanBuilder(state)
-        everyone = [(u, origin) for u, origin in state.homeless] + [
-            (u, i) for i, held in enumerate(state.held) for u in held
-        ]
-        if ordered:
-            hashes = xxh3_hashes([u for u, _ in everyone]) & np.uint64(0x7FFFFFFF)
-            slots = (hashes % np.uint64(len(ordered))).tolist()
-            for (unit, origin), slot in zip(everyone, slots, strict=True):
-                builder.move(unit, origin, ordered[slot])
-        return builder.build(_count_metrics(builder))
-
-
-class RandomPlacement:
-    """New and orphaned units to a uniformly random eligible member; nothing else moves."""
-
-    def __init__(self, seed: int = 1) -> None:
-        self.rng = random.Random(seed)
-
-    def plan(self, request: AllocationRequest) -> Plan:
-        state = index_request(request)
-        targets, _ = target_members(state)
-        builder = PlanBuilder(state)
-        target_set = set(targets)
-        pending = list(state.homeless) + [
-            (u, i) for i, held in enumerate(state.held) if i not in target_set for u in held
-        ]
-        for unit, origin in pending:
-            if targets:
-                builder.move(unit, origin, self.rng.choice(targets))
-        return builder.build(_count_metrics(builder))
-
-
-def _count_metrics(builder: PlanBuilder) -> PlanMetrics:
-    return PlanMetrics(builder.state.total, 0, builder.moves, 0, 0.0, 0.0)
+STRATEGIES: Mapping[str, Mapping[str, Any]] = {"Balanced": {"name": "Balanced"}, **ANCHORS}
 
 
 # --- equal units -------------------------------------------------------------------------------
 
 
-def strategies() -> dict[str, Callable[[], AllocationStrategy]]:
-    return {
-        "Balanced": Balanced,
-        "Akka LeastShards": lambda: LeastShards(LeastShardsOptions(20, 0.1)),
-        "Akka ConsistentHashing": lambda: ConsistentHashing(ConsistentHashingOptions(10)),
-        "Dapr ring (100 vnodes)": lambda: ConsistentHashing(ConsistentHashingOptions(100)),
-        "Orleans mod-n": OrleansModN,
-        "random": RandomPlacement,
-    }
+class Timed:
+    """A strategy that records the wall time of each plan, in ms."""
 
+    def __init__(self, strategy: AllocationStrategy) -> None:
+        self.strategy = strategy
+        self.ms: list[float] = []
 
-def count_ratio(assignment: Assignment) -> float:
-    sizes = [len(v) for v in assignment.values()]
-    return max(sizes) / (sum(sizes) / len(sizes))
-
-
-@dataclass
-class Converged:
-    assignment: Assignment
-    moves: int
-    rounds: int
-    first_plan_ms: float
-
-
-def converge(
-    strategy: AllocationStrategy,
-    members: Sequence[Member],
-    assignment: Assignment,
-    units: Sequence[str] | None = None,
-    max_rounds: int = 200,
-) -> Converged:
-    """Plans until nothing moves (each plan is a round; hand-offs complete in between)."""
-    moves = rounds = 0
-    first_ms = 0.0
-    while rounds < max_rounds:
+    def plan(self, request: AllocationRequest) -> Plan:
         start = time.perf_counter()
-        plan = strategy.plan(AllocationRequest(units, members, assignment))
-        if rounds == 0:
-            first_ms = (time.perf_counter() - start) * 1000
-        units = None
-        assignment = plan.assignment
-        if not plan.moves:
-            break
-        rounds += 1
-        moves += len(plan.moves)
-    return Converged(assignment, moves, rounds, first_ms)
+        plan = self.strategy.plan(request)
+        self.ms.append((time.perf_counter() - start) * 1000)
+        return plan
+
+
+def one_event(
+    spec: Mapping[str, Any], start: World, after: World
+) -> tuple[StepResult, Assignment, StepResult, float]:
+    """The initial placement of ``start``, then the event that leads to ``after``, each planned
+    until nothing moves (the scenario driver's rounds): the initial result and assignment, the
+    event's result and the time of its first plan."""
+    timed = Timed(make_anchor(spec))
+    scenario = Scenario("event", "", start, (Step("event", after),))
+    steps = run_steps(scenario, timed, max_rounds=200)
+    initial, assignment, _ = next(steps)
+    timed.ms.clear()
+    result, _, _ = next(steps)
+    return initial, assignment, result, timed.ms[0]
 
 
 def equal_units(sizes: Sequence[tuple[int, int]]) -> None:
@@ -161,22 +94,20 @@ def equal_units(sizes: Sequence[tuple[int, int]]) -> None:
         f"{'in moves/LB':>11}"
     )
     for n_units, n_members in sizes:
-        units = [f"u{j}" for j in range(n_units)]
-        members = [Member(f"m{i:04d}") for i in range(n_members)]
-        grown = [*members, Member(f"m{n_members:04d}")]
-        for name, make in strategies().items():
-            strategy = make()
-            initial = converge(strategy, members, {}, units)
-            out = converge(strategy, grown, initial.assignment)
-            out_lb = n_units // (n_members + 1)
-            leaving = members[-1].name
-            scale_in = converge(strategy, members[:-1], initial.assignment)
-            in_lb = len(initial.assignment[leaving])
+        units = tuple(f"u{j}" for j in range(n_units))
+        members = tuple(Member(f"m{i:04d}") for i in range(n_members))
+        start = World(members, units)
+        grown = World((*members, Member(f"m{n_members:04d}")), units)
+        shrunk = World(members[:-1], units)
+        out_lb = n_units // (n_members + 1)
+        for name, spec in STRATEGIES.items():
+            initial, placed, out, plan_ms = one_event(spec, start, grown)
+            _, _, scale_in, _ = one_event(spec, start, shrunk)
+            in_lb = len(placed[members[-1].name])
             print(
-                f"{name:<23} {n_units:>7} {n_members:>7} {count_ratio(initial.assignment):>13.3f} "
+                f"{name:<23} {n_units:>7} {n_members:>7} {initial.max_mean:>13.3f} "
                 f"{out.moves:>9} {out.moves / out_lb:>6.2f} {out.rounds:>6} "
-                f"{count_ratio(out.assignment):>8.3f} {out.first_plan_ms:>8.1f} "
-                f"{scale_in.moves / max(1, in_lb):>11.2f}"
+                f"{out.max_mean:>8.3f} {plan_ms:>8.1f} {scale_in.moves / max(1, in_lb):>11.2f}"
             )
 
 
@@ -224,7 +155,7 @@ def measured_loads(sizes: Sequence[tuple[int, int]], plans: int) -> None:
         rng = np.random.default_rng(11)
         units = [f"u{j}" for j in range(n_units)]
         members = [Member(f"m{i:04d}") for i in range(n_members)]
-        start = converge(Balanced(), members, {}, units).assignment
+        start = Balanced().plan(AllocationRequest(units, members, {})).assignment
         strategy = Balanced()
 
         loads = zipf_loads(units, rng)

@@ -40,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     which.add_argument(
         "--compare",
         action="store_true",
-        help="run Balanced against Akka's LeastShards and ConsistentHashing and a Dapr ring",
+        help="run Balanced against the anchors: Akka's LeastShards and ConsistentHashing, a "
+        "Dapr ring, Orleans mod-n hash placement and random placement",
     )
     parser.add_argument("--units", type=int, default=1000, metavar="N", help="units (default 1000)")
     parser.add_argument(

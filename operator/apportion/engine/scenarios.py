@@ -28,19 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from apportion.engine.allocation import (
-    AllocationRequest,
-    AllocationStrategy,
-    Member,
-    Plan,
-    make_strategy,
-)
+from apportion.engine.allocation import AllocationRequest, AllocationStrategy, Member, Plan
 from apportion.engine.allocation.state import (
     count_lower_bound,
     count_ratio,
     index_request,
     target_members,
 )
+from apportion.engine.anchors import ANCHORS, make_anchor
 from apportion.engine.grains import DEFAULT_ROLE_LABEL, SimulationResult, simulate_activations
 
 __all__ = [
@@ -389,15 +384,12 @@ def make_scenario(
 # --- Driver --------------------------------------------------------------------------------------
 
 COMPARE: Mapping[str, Mapping[str, Any]] = MappingProxyType(
-    {
-        "Balanced": {"name": "Balanced"},
-        "LeastShards": {"name": "LeastShards", "absoluteLimit": 20, "relativeLimit": 0.1},
-        "ConsistentHashing": {"name": "ConsistentHashing", "virtualNodes": 10},
-        "Dapr ring": {"name": "ConsistentHashing", "virtualNodes": 100},
-    }
+    {"Balanced": {"name": "Balanced"}, **ANCHORS}
 )
-"""What ``apportion simulate --compare`` runs: ours, then Akka's LeastShards (limits 20/0.1)
-and ConsistentHashing (10 virtual nodes), then Dapr's placement ring (100 virtual nodes)."""
+"""What ``apportion simulate --compare`` runs: ours, then the anchors
+(:data:`apportion.engine.anchors.ANCHORS`): Akka's LeastShards (limits 20/0.1) and
+ConsistentHashing (10 virtual nodes), Dapr's placement ring (100 virtual nodes), Orleans mod-n
+hash placement and random placement."""
 
 Assignment = Mapping[str, tuple[str, ...]]
 
@@ -489,7 +481,7 @@ class Run:
 
 
 def _strategy(strategy: AllocationStrategy | Mapping[str, Any]) -> AllocationStrategy:
-    return make_strategy(strategy) if isinstance(strategy, Mapping) else strategy
+    return make_anchor(strategy) if isinstance(strategy, Mapping) else strategy
 
 
 def run_steps(
@@ -598,7 +590,8 @@ def drive(
     max_rounds: int = 100,
     interval: float = 10.0,
 ) -> Run:
-    """Runs ``strategy`` (an instance or a ``make_strategy`` spec) through ``scenario``."""
+    """Runs ``strategy`` (an instance, or a spec for ``make_strategy`` or of an anchor) through
+    ``scenario``."""
     if label is None:
         label = (
             str(strategy.get("name")) if isinstance(strategy, Mapping) else type(strategy).__name__
