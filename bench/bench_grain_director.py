@@ -218,12 +218,6 @@ def writes_per_minute(minutes: float) -> None:
 
 # --- writes per minute on a real control plane ------------------------------------------------
 
-SERVE = (
-    "import asyncio, os; from apportion.grains.demo import serve; "
-    "asyncio.run(serve(member=os.environ['POD_NAME'], host=os.environ['POD_IP'], "
-    "port={port}, namespace=os.environ['POD_NAMESPACE']))"
-)
-
 
 def _worker_pod(name: str, port: int) -> dict:
     return {
@@ -240,7 +234,15 @@ def _worker_pod(name: str, port: int) -> dict:
                 {
                     "name": "worker",
                     "image": "apportion:dev",
-                    "command": [sys.executable, "-c", SERVE.format(port=port)],
+                    "command": [
+                        sys.executable,
+                        "-m",
+                        "apportion",
+                        "demo-worker",
+                        "--grains",
+                        "--port",
+                        str(port),
+                    ],
                     "ports": [{"name": "http", "containerPort": port}],
                     "readinessProbe": {
                         "httpGet": {"path": "/healthz", "port": "http"},

@@ -48,11 +48,6 @@ SELECTOR = {"matchLabels": {"app": "grains"}}
 # placing workers see activation counts one to three seconds old ("stale statistics").
 METRICS = {"podMetrics": False, "scrape": {"port": "http", "interval": "1s", "timeout": "1s"}}
 PUBLISH = {"interval": "1s", "minInterval": "1s", "hysteresisPercent": 5}
-SERVE = (
-    "import asyncio, os; from apportion.grains.demo import serve; "
-    "asyncio.run(serve(member=os.environ['POD_NAME'], host=os.environ['POD_IP'], "
-    "port={port}, namespace=os.environ['POD_NAMESPACE']))"
-)
 
 
 # ----------------------------------------------------------------------------------- fixtures
@@ -96,7 +91,15 @@ class Fleet:
                     {
                         "name": "worker",
                         "image": "apportion:dev",
-                        "command": [sys.executable, "-c", SERVE.format(port=self.port)],
+                        "command": [
+                            sys.executable,
+                            "-m",
+                            "apportion",
+                            "demo-worker",
+                            "--grains",
+                            "--port",
+                            str(self.port),
+                        ],
                         "ports": [{"name": "http", "containerPort": self.port}],
                         "readinessProbe": {
                             "httpGet": {"path": "/healthz", "port": "http"},

@@ -9,8 +9,8 @@ HTTP (on the worker's server, beside `/metrics`):
                            place `count` activations (or one per id of `ids`) at `rate` per
                            second (Poisson arrivals; 0 = at once); answers when all are placed
     GET  /grains           this worker's counters as JSON
-    POST /grains/load      {"cpuPercent", "overloaded"}: what the worker reports about itself
-                           from now on (null: nothing), to drive load shedding in tests
+    POST /grains/load      {"cpuPercent", "overloaded"}: report these in place of the process's
+                           own figures from now on (null: the real one), to drive load shedding
 
 Its `/metrics` samples are the director's (`apportion_activations` and friends) plus
 `apportion_grain_placement_failures{grain_type, reason}` (placements that raised, or hand-offs a
@@ -21,10 +21,11 @@ local activation is reused instead).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ from aiohttp import web
 from apportion.api.metrics import CONTENT_TYPE, GRAIN_TYPE_LABEL, Sample, WorkerMetrics, render
 from apportion.engine.grains import PlacementError, StatelessWorkerAtCapacity
 from apportion.grains.director import METRIC_HELP, PlacementDirector
+from apportion.worker.process import ProcessStats
 
 logger = logging.getLogger(__name__)
 
@@ -83,18 +85,26 @@ class GrainDemo:
     """Drives activations through a director and hosts the ones placed here."""
 
     def __init__(
-        self, director: PlacementDirector, *, port: int, rng: random.Random | None = None
+        self,
+        director: PlacementDirector,
+        *,
+        port: int,
+        process: Callable[[], WorkerMetrics] = WorkerMetrics,
+        rng: random.Random | None = None,
     ) -> None:
+        """`process` reads the worker's own CPU and memory figures for /metrics
+        (`apportion.worker.process.ProcessStats().read` in the demo worker)."""
         self.director = director
         self.port = port
+        self.process = process
         self.rng = rng or random.Random()
         self.failures: Counter[tuple[str, str]] = Counter()
         self.reused: Counter[str] = Counter()
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._timers: set[asyncio.TimerHandle] = set()
-        self.reported = WorkerMetrics()
-        """What this worker says about its own CPU and overload (POST /grains/load)."""
+        self.overrides: dict[str, Any] = {}
+        """Figures reported in place of the process's own (POST /grains/load)."""
 
     # ------------------------------------------------------------------------------ hosting
 
@@ -190,10 +200,11 @@ class GrainDemo:
     async def _on_load(self, request: web.Request) -> web.Response:
         data = await request.json()
         cpu, overloaded = data.get("cpuPercent"), data.get("overloaded")
-        self.reported = WorkerMetrics(
-            cpu_percent=None if cpu is None else float(cpu),
-            overloaded=None if overloaded is None else bool(overloaded),
-        )
+        self.overrides = {}
+        if cpu is not None:
+            self.overrides["cpu_percent"] = float(cpu)
+        if overloaded is not None:
+            self.overrides["overloaded"] = bool(overloaded)
         return web.json_response({"cpuPercent": cpu, "overloaded": overloaded})
 
     async def _on_activate(self, request: web.Request) -> web.Response:
@@ -232,7 +243,8 @@ class GrainDemo:
     # ---------------------------------------------------------------------------- metrics
 
     def samples(self) -> list[Sample]:
-        out = self.director.samples() + self.reported.samples()
+        own = dataclasses.replace(self.process(), **self.overrides)
+        out = self.director.samples() + own.samples()
         out += [
             Sample(FAILURES, n, {GRAIN_TYPE_LABEL: t, "reason": r})
             for (t, r), n in sorted(self.failures.items())
@@ -277,7 +289,7 @@ async def serve(
     activate grains continuously."""
     director = PlacementDirector(member)
     await director.start(namespace)
-    demo = GrainDemo(director, port=port)
+    demo = GrainDemo(director, port=port, process=ProcessStats().read)
     app = web.Application()
     demo.add_routes(app)
 
