@@ -1,10 +1,389 @@
-"""`apportion demo`: not built yet."""
+"""`apportion demo`: the operator and its samples on a cluster until Ctrl-C (`make demo`).
+
+Builds what is missing and starts a local dev-cluster — or uses the cluster of --kubeconfig /
+$KUBECONFIG when it answers — installs the CRDs and the worker role, runs the operator, applies
+manifests/samples/ (a PartitionSet of 32 partitions over a 4-pod StatefulSet of demo workers, a
+ShardSet of 1000 shards over 3), waits until both are Balanced and prints what to try in another
+shell. Ctrl-C stops the operator and the dev-cluster (on a cluster of yours: removes the samples).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from apportion.devcluster import DevCluster
+
+REPO = Path(__file__).resolve().parents[3]
+SAMPLES = ("partitionset-demo.yaml", "shardset-demo.yaml")
+SETS = (("partitionset", "demo"), ("shardset", "carts"))
+WORKERS = "demo-workers"
+CRD_NAMES = tuple(f"crd/{p}.apportion.dev" for p in ("graintypes", "partitionsets", "shardsets"))
+
+
+class DemoError(Exception):
+    """The demo cannot go on; the message says why and what to look at."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("demo", help="(not built yet)")
-    parser.set_defaults(func=lambda args: parser.error("not built yet"))
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the operator and the samples on a local dev-cluster (make demo)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="use this cluster (default: $KUBECONFIG when it answers, else a local dev-cluster)",
+    )
+    parser.add_argument(
+        "--namespace", "-n", default="default", help="namespace of the samples (default: default)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="how long to wait for the sets to be Balanced (default 300)",
+    )
+    parser.add_argument(
+        "--exit-after-ready",
+        action="store_true",
+        help="stop everything and exit 0 once the sets are Balanced (for tests)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C: the operator and the cluster are stopped either way.
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with _cluster(args.kubeconfig) as target:
+            _install(target, args.namespace)
+            with _operator(target, args.namespace) as operator:
+                _wait_balanced(target, args.namespace, operator, args.timeout)
+                print(_instructions(target, args.namespace), flush=True)
+                if args.exit_after_ready:
+                    return 0
+                _say("running; Ctrl-C stops everything")
+                while operator.process.poll() is None:
+                    time.sleep(0.5)
+                raise DemoError(
+                    f"the operator exited ({operator.process.returncode}){operator.tail()}"
+                )
+    except KeyboardInterrupt:
+        _say("stopped")
+        return 130
+    except DemoError as error:
+        print(f"apportion demo: {error}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+# ------------------------------------------------------------------------------- the cluster
+
+
+@dataclass
+class Target:
+    """The cluster the demo runs on."""
+
+    kubeconfig: Path
+    env: dict[str, str]
+    workdir: Path
+    local: DevCluster | None
+    kubectl_dir: Path | None
+    """Directory of the kubectl to put first on PATH (ours), None: the user's."""
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["kubectl", f"--kubeconfig={self.kubeconfig}", *args],
+            input=input,
+            text=True,
+            capture_output=True,
+            env=self.env,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise DemoError(f"kubectl {shlex.join(args)} failed:\n{result.stderr.strip()}")
+        return result
+
+
+@contextlib.contextmanager
+def _cluster(kubeconfig: Path | None) -> Iterator[Target]:
+    from apportion.devcluster import DevCluster, DevClusterError, ensure_built
+    from apportion.devcluster.cluster import cluster_env
+
+    given = kubeconfig or (Path(os.environ["KUBECONFIG"]) if os.environ.get("KUBECONFIG") else None)
+    if given is not None:
+        kubectl_dir = None if _which("kubectl") else ensure_built()
+        env = cluster_env(os.environ, given, kubectl_dir) if kubectl_dir else dict(os.environ)
+        env["KUBECONFIG"] = str(given)
+        workdir = Path(tempfile.mkdtemp(prefix="apportion-demo-"))
+        target = Target(given, env, workdir, None, kubectl_dir)
+        if _reachable(target):
+            _say(f"using the cluster of {given}")
+            yield target
+            return
+        if kubeconfig is not None:
+            raise DemoError(f"the cluster of {kubeconfig} does not answer")
+        _say(f"$KUBECONFIG ({given}) does not answer; starting a local dev-cluster instead")
+    _say("building the control plane if needed, starting a local dev-cluster")
+    began = time.monotonic()
+    try:
+        cluster = DevCluster.start()
+    except DevClusterError as error:
+        raise DemoError(str(error)) from error
+    try:
+        _say(f"dev-cluster ready in {time.monotonic() - began:.1f}s at {cluster.server}")
+        yield Target(cluster.kubeconfig, cluster.env, cluster.state_dir, cluster, cluster.bin_dir)
+    finally:
+        _say("stopping the dev-cluster")
+        cluster.stop()
+
+
+def _which(command: str) -> str | None:
+    import shutil
+
+    return shutil.which(command)
+
+
+def _reachable(target: Target) -> bool:
+    try:
+        answer = target.kubectl(
+            "get", "--raw", "/readyz", "--request-timeout=5s", check=False, timeout=15
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    return answer.returncode == 0
+
+
+def _sample(name: str) -> Path:
+    path = REPO / "manifests" / "samples" / name
+    if not path.exists():
+        raise DemoError(f"{path} is missing: run the demo from a checkout of apportion")
+    return path
+
+
+def _install(target: Target, namespace: str) -> None:
+    crds = REPO / "crds"
+    if not crds.is_dir():
+        raise DemoError(f"{crds} is missing: run the demo from a checkout of apportion")
+    _say("installing the CRDs and the worker role")
+    target.kubectl("apply", "-f", str(crds))
+    target.kubectl("wait", "--for=condition=Established", "--timeout=60s", *CRD_NAMES)
+    target.kubectl("apply", "-f", str(REPO / "manifests" / "worker-rbac.yaml"))
+    if target.kubectl("get", "namespace", namespace, check=False).returncode != 0:
+        target.kubectl("create", "namespace", namespace)
+    # Established comes a moment before the new types are served.
+    _until(
+        lambda: target.kubectl("get", "apportion", "-n", namespace, check=False).returncode == 0,
+        30,
+        "the apportion CRDs are not served",
+    )
+
+
+# ------------------------------------------------------------------------------ the operator
+
+
+@dataclass
+class Operator:
+    process: subprocess.Popen[bytes]
+    log: Path
+    output: TextIO
+
+    def tail(self, lines: int = 30) -> str:
+        text = self.log.read_text(errors="replace").splitlines()[-lines:]
+        return f"; the last lines of {self.log}:\n" + "\n".join(text) if text else ""
+
+
+@contextlib.contextmanager
+def _operator(target: Target, namespace: str) -> Iterator[Operator]:
+    log = target.workdir / "operator.log"
+    output = log.open("w")
+    command = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
+    _say(f"starting the operator (log: {log})")
+    process = subprocess.Popen(command, env=target.env, stdout=output, stderr=subprocess.STDOUT)
+    operator = Operator(process, log, output)
+    samples = [str(_sample(name)) for name in SAMPLES]
+    try:
+        _say("applying " + ", ".join(f"manifests/samples/{s}" for s in SAMPLES))
+        for sample in samples:
+            target.kubectl("apply", "-n", namespace, "-f", sample)
+        yield operator
+    finally:
+        if target.local is None:
+            # A cluster of the user's keeps nothing of the demo (the operator still runs, so
+            # the sets' cleanup happens as it would in production).
+            _say("removing the samples")
+            for sample in samples:
+                target.kubectl(
+                    "delete",
+                    "-n",
+                    namespace,
+                    "-f",
+                    sample,
+                    "--ignore-not-found",
+                    "--timeout=60s",
+                    check=False,
+                )
+        _say("stopping the operator")
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        output.close()
+
+
+def _wait_balanced(target: Target, namespace: str, operator: Operator, timeout: float) -> None:
+    _say("waiting until " + " and ".join(f"{k}/{n}" for k, n in SETS) + " are Balanced")
+    deadline = time.monotonic() + timeout
+    shown = ""
+    while True:
+        if operator.process.poll() is not None:
+            raise DemoError(f"the operator exited ({operator.process.returncode}){operator.tail()}")
+        states = [_set_state(target, namespace, kind, name) for kind, name in SETS]
+        line = "; ".join(text for _, text in states)
+        if line != shown:
+            _say(line)
+            shown = line
+        if all(done for done, _ in states):
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"not Balanced after {timeout:.0f}s: {line}{operator.tail()}")
+        time.sleep(1.0)
+
+
+def _set_state(target: Target, namespace: str, kind: str, name: str) -> tuple[bool, str]:
+    found = target.kubectl("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    if found.returncode != 0:
+        return False, f"{kind}/{name} not found"
+    obj: dict[str, Any] = json.loads(found.stdout)
+    status = obj.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or ()}
+    current = status.get("observedGeneration") == obj["metadata"].get("generation")
+
+    def show(type_: str) -> str:
+        c = conditions.get(type_)
+        if c is None:
+            return f"{type_}=?"
+        return f"{type_}={c['status']}" + ("" if c["status"] == "True" else f" ({c['reason']})")
+
+    # Balanced over every replica of the workload, not over the first pods that came up.
+    workload = (obj.get("spec") or {}).get("workloadRef") or {}
+    replicas = _replicas(target, namespace, workload)
+    members = status.get("members", 0)
+    done = (
+        current
+        and all(conditions.get(t, {}).get("status") == "True" for t in ("Ready", "Balanced"))
+        and (replicas is None or members == replicas)
+    )
+    of = "" if replicas is None else f" of {replicas}"
+    text = f"{kind}/{name}: {show('Ready')} {show('Balanced')}, {members}{of} members"
+    return done, text
+
+
+def _replicas(target: Target, namespace: str, workload: dict[str, Any]) -> int | None:
+    if not workload.get("name"):
+        return None
+    found = target.kubectl(
+        "get",
+        workload.get("kind", "StatefulSet").lower(),
+        workload["name"],
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.spec.replicas}",
+        check=False,
+    )
+    text = found.stdout.strip()
+    return int(text) if found.returncode == 0 and text.isdigit() else None
+
+
+def _until(condition: Any, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise DemoError(message)
+        time.sleep(0.5)
+
+
+# -------------------------------------------------------------------------- what to try now
+
+
+def _instructions(target: Target, namespace: str) -> str:
+    from apportion.api.unitset import assignment_config_map
+
+    ns = "" if namespace == "default" else f" -n {namespace}"
+    table = assignment_config_map("PartitionSet", "demo")
+    steps: list[tuple[str, str]] = [
+        (f"kubectl get apportion{ns}", "the sets: Ready, Balanced, members, epoch"),
+        (f"kubectl describe partitionset demo{ns}", "conditions, units per pod, Events"),
+        (
+            f"kubectl get configmap {table}{ns} -o jsonpath='{{.data.assignments\\.json}}'",
+            "the assignment workers read",
+        ),
+        (f"kubectl scale statefulset {WORKERS}{ns} --replicas=5", "a fifth worker..."),
+        (f"kubectl get partitionset demo{ns} -w", "...and the rebalance: 8 each → 7/7/6/6/6"),
+        (
+            f"{_apportion_command()} locate --scheme netherite --count 32 order-17 'customer!5'",
+            "the partition of an ID",
+        ),
+    ]
+    pod = _pod_ip(target, namespace, f"{WORKERS}-0")
+    if pod:
+        steps.append((f"curl http://{pod}:8080/key/order-17", "200 if served here, else 421"))
+    if target.local is not None:
+        logs = target.local.pod_log_path(namespace, f"{WORKERS}-0").parent
+        steps.append(
+            (
+                f"sort -m {logs}/{WORKERS}-*.log | grep -E ' (acquire|release|stop) '",
+                "every hand-off, in time order",
+            )
+        )
+    width = max(len(command) for command, _ in steps)
+    lines = ["", "apportion demo is ready. In another shell:", ""]
+    lines.append(f"  export KUBECONFIG={target.kubeconfig}")
+    if target.kubectl_dir is not None:
+        lines.append(f"  export PATH={target.kubectl_dir}:$PATH   # the matching kubectl")
+    lines.append("")
+    lines += [f"  {command:<{width}}  # {why}" for command, why in steps]
+    lines += ["", f"operator log: {target.workdir / 'operator.log'}", ""]
+    return "\n".join(lines)
+
+
+def _apportion_command() -> str:
+    beside = Path(sys.executable).parent / "apportion"
+    return str(beside) if beside.exists() else f"{sys.executable} -m apportion"
+
+
+def _pod_ip(target: Target, namespace: str, pod: str) -> str:
+    found = target.kubectl(
+        "get", "pod", pod, "-n", namespace, "-o", "jsonpath={.status.podIP}", check=False
+    )
+    return found.stdout.strip() if found.returncode == 0 else ""

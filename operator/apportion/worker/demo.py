@@ -195,8 +195,14 @@ class DemoWorker:
         for unit in unit_order(units):
             ownership.info(
                 "%s unit=%s epoch=%d token=%s pod=%s set=%s/%s",
-                action, unit, epoch, self.tokens.get(unit, "-"), w.pod_name, w.kind, w.set_name,
-            )  # fmt: skip
+                action,
+                unit,
+                epoch,
+                self.tokens.get(unit, "-"),
+                w.pod_name,
+                w.kind,
+                w.set_name,
+            )
 
     async def on_acquire(self, units: frozenset[str], epoch: int) -> None:
         for unit in units:
