@@ -157,6 +157,19 @@ def counts(table: AssignmentTable) -> dict[str, int]:
     return {member: len(units) for member, units in table.by_member().items()}
 
 
+def table(text: str) -> list[dict[str, str]]:
+    """Rows of kubectl's table output; cells are cut at the header's column offsets because
+    empty cells leave no token."""
+    header, *rows = text.splitlines()
+    names = header.split()
+    starts = [header.index(f" {n} ") + 1 if i else 0 for i, n in enumerate(names[:-1])]
+    starts.append(header.rindex(f" {names[-1]}") + 1)
+    bounds = [*starts[1:], None]
+    return [
+        {n: row[a:b].strip() for n, a, b in zip(names, starts, bounds, strict=True)} for row in rows
+    ]
+
+
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
     for c in (obj.get("status") or {}).get("conditions") or []:
         if c["type"] == type_:
