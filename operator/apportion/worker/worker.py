@@ -147,7 +147,15 @@ class Worker:
 
     async def start(self, timeout: float = START_TIMEOUT) -> None:
         """Read the own Pod, serve /metrics, and return once the assignment has been listed
-        (callbacks for the units it grants may still be running)."""
+        (callbacks for the units it grants may still be running). Raises WorkerError when
+        that does not happen within `timeout` seconds (everything started is stopped)."""
+        try:
+            await self._start(timeout)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self, timeout: float) -> None:
         from apportion.worker.watch import AssignmentWatch
 
         if self._client is None:
@@ -155,19 +163,20 @@ class Worker:
 
             self._client = AsyncClient(field_manager=FIELD_MANAGER)
         self._namespace = self._namespace or self._client.namespace
-        await asyncio.wait_for(self._read_pod(), timeout)
+        try:
+            await asyncio.wait_for(self._read_pod(), timeout)
+        except TimeoutError:
+            raise WorkerError(
+                f"own Pod {self.namespace}/{self.pod_name} not readable within {timeout:.0f}s"
+            ) from None
         self._state = WorkerState(
             Member(self.pod_name, self.uid), self.kind, self.namespace, self.set_name
         )
         self._state.written = self._written_ack
         if self.port is not None:
             await self._serve_http()
-        watch = AssignmentWatch(
-            self._client,
-            self.namespace,
-            assignment_config_map(self.kind, self.set_name),
-            self._on_table,
-        )
+        name = assignment_config_map(self.kind, self.set_name)
+        watch = AssignmentWatch(self._client, self.namespace, name, self._on_table)
         self._spawn(watch.run(), "assignment-watch")
         self._spawn(self._plan_loop(), "plan")
         self._spawn(self._ack_loop(), "ack")
@@ -176,7 +185,10 @@ class Worker:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._on_signal, signum)
-        await asyncio.wait_for(watch.synced.wait(), timeout)
+        try:
+            await asyncio.wait_for(watch.synced.wait(), timeout)
+        except TimeoutError:
+            raise WorkerError(f"ConfigMap {name} not listed within {timeout:.0f}s") from None
         logger.info(
             "worker %s (uid %s) of %s %s/%s started; grace period %.0fs",
             self.pod_name,
