@@ -5,8 +5,9 @@ operator publishes a placement table (compatible members, their labels and smoot
 the worker library uses to place each new activation in-process.
 
 Default strategy: the GrainType named `default` in a namespace applies to every grain type of
-that namespace without a GrainType of its own (Orleans' default placement strategy); without one,
-workers use ResourceOptimized with its default weights (Orleans' default since 9.2).
+that namespace without a GrainType of its own (Orleans' default placement strategy); like any
+GrainType without `strategy`, it uses ResourceOptimized with its default weights (Orleans'
+default since 9.2). Without one, such grain types cannot be placed (`NoPlacementTable`).
 """
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ def _weight(default: int, what: str) -> Any:
 class ResourceOptimizedOptions(ApiModel):
     """Options of ResourceOptimized (Orleans 9.2+): the lowest weighted score of smoothed CPU,
     memory and activation count among ⌈√n⌉ sampled members, keeping the local member when it is
-    within the preference margin."""
+    within the preference margin; with optimistic accounting (ours) between tables."""
 
     model_config = ConfigDict(
         json_schema_extra=validations(
@@ -126,6 +127,12 @@ class ResourceOptimizedOptions(ApiModel):
         le=100,
         description="Keep the local member when its score is within this margin of the best: 0 "
         "always picks the least loaded, 100 behaves as PreferLocal.",
+    )
+    optimistic_accounting: bool = Field(
+        True,
+        description="Count each placement into the chosen member's estimated activation count, "
+        "CPU and memory until the next placement table (against herding on stale statistics); "
+        "false scores the published statistics only, exactly as Orleans.",
     )
 
 
@@ -171,7 +178,9 @@ class GrainStrategy(ApiModel):
     consistent_hash_based: ConsistentHashOptions | None = Field(
         None, description="Options of ConsistentHashBased."
     )
-    custom: CustomStrategy | None = Field(None, description="Options of Custom.")
+    custom: CustomStrategy | None = Field(
+        None, description="Options of Custom: an entry point of `apportion.grain_strategies`."
+    )
 
     def options(self) -> Any:
         """Options of the chosen strategy, with defaults when unset; None for strategies without
