@@ -69,8 +69,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # SIGTERM unwinds like Ctrl-C: the operator and the cluster are stopped either way.
+    # SIGTERM unwinds like Ctrl-C (even where a parent left SIGINT ignored): the operator and
+    # the cluster are stopped either way, in order.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     try:
         with _cluster(args.kubeconfig) as target:
             _install(target, args.namespace)
@@ -225,7 +227,10 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
     output = log.open("w")
     command = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
     _say(f"starting the operator (log: {log})")
-    process = subprocess.Popen(command, env=target.env, stdout=output, stderr=subprocess.STDOUT)
+    # Its own session: Ctrl-C reaches the demo only, which then stops the operator first.
+    process = subprocess.Popen(
+        command, env=target.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+    )
     operator = Operator(process, log, output)
     samples = [str(_sample(name)) for name in SAMPLES]
     try:
@@ -366,13 +371,12 @@ def _instructions(target: Target, namespace: str) -> str:
                 "every hand-off, in time order",
             )
         )
-    width = max(len(command) for command, _ in steps)
     lines = ["", "apportion demo is ready. In another shell:", ""]
     lines.append(f"  export KUBECONFIG={target.kubeconfig}")
     if target.kubectl_dir is not None:
         lines.append(f"  export PATH={target.kubectl_dir}:$PATH   # the matching kubectl")
-    lines.append("")
-    lines += [f"  {command:<{width}}  # {why}" for command, why in steps]
+    for command, why in steps:
+        lines += ["", f"  # {why}", f"  {command}"]
     lines += ["", f"operator log: {target.workdir / 'operator.log'}", ""]
     return "\n".join(lines)
 
