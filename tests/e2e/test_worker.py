@@ -121,6 +121,10 @@ class WorkerPod:
                             "8080",
                             "--load-profile",
                             "units:0=5,*=1.5",
+                            # Releases take two seconds: time to see the unit fenced at once
+                            # and the ack only once on_release has returned.
+                            "--release-delay",
+                            "2",
                         ],
                         "env": [{"name": "KUBECONFIG", "value": str(kubeconfig)}],
                     }
@@ -222,9 +226,11 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
             },
         ),
     )
+    wait_for(lambda: http(f"{url}/key/order!1")[0] == 503, 30, "unit 1 still served")
+    assert worker.ack() is None  # no new work for unit 1 at once; the ack waits for on_release
     ack = wait_for(worker.ack, 30, "no ack for the release of unit 1")
+    assert worker.ownership()[-1] == ("release", "1", 2, 1)  # logged before the ack
     assert ack == Ack(uid=me.uid, epoch=2, pending=frozenset(), draining=False)
-    assert worker.ownership()[-1] == ("release", "1", 2, 1)
     status, _, body = http(f"{url}/key/order!1")
     assert status == 503 and json.loads(body)["reason"] == "in hand-off"
 
