@@ -464,8 +464,10 @@ class CustomStrategy(ApiModel):
         min_length=1,
         max_length=253,
         pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:-]*$",
-        description="Name of the strategy's entry point (Python entry-point group "
-        "`apportion.strategies`; other worker libraries resolve it by the same name).",
+        description="Name of the strategy's entry point: in the Python entry-point group "
+        "`apportion.allocation_strategies` for PartitionSets and ShardSets, "
+        "`apportion.grain_strategies` for GrainTypes (other worker libraries resolve it by the "
+        "same name).",
     )
     parameters: dict[str, Annotated[str, StringConstraints(max_length=1024)]] = Field(
         default_factory=dict,

@@ -190,7 +190,10 @@ class UnitStrategy(ApiModel):
         None, description="Options of ConsistentHashing."
     )
     external: ExternalOptions | None = Field(None, description="Options of External.")
-    custom: CustomStrategy | None = Field(None, description="Options of Custom.")
+    custom: CustomStrategy | None = Field(
+        None,
+        description="Options of Custom: an entry point of `apportion.allocation_strategies`.",
+    )
 
     def options(self, name: UnitStrategyName | None = None) -> Any:
         """Options of strategy `name` (default: the chosen one), with defaults when unset.

@@ -1,7 +1,8 @@
 """Strategies by name: the built-in ones and custom ones from Python entry points.
 
 A custom allocation strategy is published by a distribution under the entry-point group
-``apportion.allocation_strategies`` (grain placement strategies use ``apportion.strategies``):
+``apportion.allocation_strategies`` (grain placement strategies use
+``apportion.grain_strategies``):
 
     [project.entry-points."apportion.allocation_strategies"]
     MyStrategy = "my_package.module:make"
