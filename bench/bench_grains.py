@@ -3,9 +3,11 @@
 1. Placements per second per strategy, single core, 100 members (goal: >= 200k/s for the hash
    and count strategies).
 2. max/mean activations of our strategies against ports of Orleans' Random, HashBased and
-   ActivationCountBased directors on the same simulated load: 10k activations on 100 members,
-   statistics published every 1 s, several placing members each with its own optimistic
-   increments (`apportion.engine.grains.simulate_activations`).
+   ActivationCountBased directors, and against ResourceOptimized with `optimisticAccounting:
+   false` (Orleans' own behaviour: no accounting between publishes), on the same simulated
+   load: 10k activations on 100 members, statistics published every 1 s, several placing
+   members each with its own optimistic increments
+   (`apportion.engine.grains.simulate_activations`).
 3. Grains moved when a member joins or leaves: HashBased (mod-n) against ConsistentHashBased.
 
 Run: .venv/bin/python bench/bench_grains.py [--quick] [--seeds N]
@@ -161,6 +163,10 @@ THROUGHPUT_SPECS: dict[str, Mapping[str, Any]] = {
     "StatelessWorker": {"name": "StatelessWorker"},
     "SiloRoleBased": {"name": "SiloRoleBased", "role": "worker"},
     "ResourceOptimized": {"name": "ResourceOptimized"},
+    "ResourceOptimized, no accounting": {
+        "name": "ResourceOptimized",
+        "optimisticAccounting": False,
+    },
     "ActivationCountBased+RequiredMatch": {"name": "ActivationCountBased"},
 }
 
@@ -215,6 +221,7 @@ OURS: dict[str, Mapping[str, Any]] = {
     "ConsistentHashBased": {"name": "ConsistentHashBased"},
     "ActivationCountBased": {"name": "ActivationCountBased"},
     "ResourceOptimized": {"name": "ResourceOptimized"},
+    "Orleans ResourceOptimized": {"name": "ResourceOptimized", "optimisticAccounting": False},
 }
 PORTS: dict[str, Callable[[random.Random], Placer]] = {
     "Orleans Random": OrleansRandom,

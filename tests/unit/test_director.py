@@ -85,10 +85,21 @@ ALL = {f"w-{i}" for i in range(8)}
         ({"name": "HashBased"}, ALL),
         ({"name": "ConsistentHashBased"}, ALL),
         ({"name": "ActivationCountBased"}, ALL),
-        # Equal statistics and no optimistic increments: ties keep the local member (Orleans).
+        # Equal statistics and no optimistic accounting: ties keep the local member (Orleans).
+        (
+            {
+                "name": "ResourceOptimized",
+                "resourceOptimized": {
+                    "localSiloPreferenceMargin": 0,
+                    "optimisticAccounting": False,
+                },
+            },
+            {"w-3"},
+        ),
+        # With it (the default), the local member's own placements lift it off the tie.
         (
             {"name": "ResourceOptimized", "resourceOptimized": {"localSiloPreferenceMargin": 0}},
-            {"w-3"},
+            ALL,
         ),
         (
             {"name": "SiloRoleBased", "siloRoleBased": {"role": "batch"}},

@@ -355,14 +355,76 @@ def test_local_preference_margin_maps_0_to_100_onto_scores() -> None:
     always_local = ResourceOptimizedPlacement(local_preference_margin=100, rng=random.Random(1))
     always_local.update(table)
     assert {always_local.place(f"g{i}", ctx) for i in range(100)} == {"w0"}
-    never_local = ResourceOptimizedPlacement(local_preference_margin=0, rng=random.Random(1))
+    # Without accounting, as in Orleans, the others stay the best until the next table.
+    never_local = ResourceOptimizedPlacement(
+        local_preference_margin=0, optimistic_accounting=False, rng=random.Random(1)
+    )
     never_local.update(table)
     assert "w0" not in {never_local.place(f"g{i}", ctx) for i in range(100)}
-    # Margin 5 (0.05 on the 0..1 score): a local member a little busier than the best stays.
+    # Margin 5 (0.05 on the 0..1 score): a local member a little busier than the best stays —
+    # for good in Orleans, which scores the published statistics until the next table ...
     near = resource_table([22.0, 20.0, 20.0, 20.0])
+    orleans = ResourceOptimizedPlacement(optimistic_accounting=False, rng=random.Random(1))
+    orleans.update(near)
+    assert {orleans.place(f"g{i}", ctx) for i in range(100)} == {"w0"}
+    # ... and with optimistic accounting only until its own placements lift it past the margin.
     default = ResourceOptimizedPlacement(rng=random.Random(1))
     default.update(near)
-    assert {default.place(f"g{i}", ctx) for i in range(100)} == {"w0"}
+    placed = [default.place(f"g{i}", ctx) for i in range(100)]
+    assert placed[0] == "w0"
+    assert placed.count("w0") < 40
+    assert {"w1", "w2", "w3"} <= set(placed)
+
+
+def test_optimistic_accounting_lifts_the_chosen_member_until_the_next_table() -> None:
+    table = resource_table([10.0, 20.0, 30.0, 40.0])
+    ctx = PlacementContext("w0")
+    strategy = ResourceOptimizedPlacement(local_preference_margin=100, rng=random.Random(2))
+    strategy.update(table)
+
+    def local_detail() -> dict[str, float]:
+        explanation = strategy.explain("g", ctx)
+        return next(c for c in explanation.candidates if c.member == "w0").detail
+
+    before = local_detail()
+    assert before["optimistic"] == 0.0
+    for i in range(3):
+        assert strategy.place(f"g{i}", ctx) == "w0"
+    after = local_detail()
+    # Three picks, each standing for one activation per member reporting statistics (4); the
+    # table's CPU per activation is 1 % (100 % over 100 activations), on 1 core.
+    assert after["optimistic"] == 12.0
+    assert after["cpuUsage"] == pytest.approx(before["cpuUsage"] + 0.12)
+    assert after["memoryUsage"] > before["memoryUsage"]
+    assert after["availableMemory"] > before["availableMemory"]
+    assert local_detail() == after, "explain accounts nothing"
+    strategy.update(table)
+    assert local_detail() == before, "a fresh table resets the accounting"
+
+
+def test_without_accounting_placements_leave_the_estimates_alone() -> None:
+    strategy = ResourceOptimizedPlacement(
+        local_preference_margin=0, optimistic_accounting=False, rng=random.Random(2)
+    )
+    strategy.update(resource_table([10.0, 20.0, 30.0, 40.0]))
+    placed = {strategy.place(f"g{i}", PlacementContext()) for i in range(50)}
+    # Two of four sampled, the lower wins: the busiest member never, however often w0 was picked.
+    assert "w0" in placed
+    assert "w3" not in placed
+    candidates = strategy.explain("g", PlacementContext()).candidates
+    assert all(c.detail["optimistic"] == 0.0 for c in candidates)
+
+
+def test_accounted_scores_are_what_the_choice_compares() -> None:
+    strategy = ResourceOptimizedPlacement(local_preference_margin=0, rng=random.Random(5))
+    strategy.update(resource_table([10.0 * i for i in range(1, 10)]))
+    for i in range(40):
+        strategy.place(f"g{i}", PlacementContext())
+    for i in range(50):
+        explanation = strategy.explain(f"h{i}", PlacementContext())
+        sampled = [c for c in explanation.candidates if c.detail["sampled"]]
+        assert explanation.chosen == min(sampled, key=lambda c: c.score or 0).member
+    assert any(c.detail["optimistic"] > 0 for c in explanation.candidates)
 
 
 def test_resource_optimized_without_statistics_is_random() -> None:

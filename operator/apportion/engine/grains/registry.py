@@ -56,7 +56,9 @@ _OPTIONS: Mapping[str, frozenset[str]] = {
     "ActivationCountBased": frozenset({"chooseOutOf"}),
     "StatelessWorker": frozenset({"maxLocal"}),
     "SiloRoleBased": frozenset({"roleLabel", "role"}),
-    "ResourceOptimized": frozenset({"weights", "localSiloPreferenceMargin"}),
+    "ResourceOptimized": frozenset(
+        {"weights", "localSiloPreferenceMargin", "optimisticAccounting"}
+    ),
 }
 _SPEC_KEYS = frozenset({"name", "entryPoint"}).union(*_OPTIONS.values())
 
@@ -138,9 +140,10 @@ def make_grain_strategy(
 
     The flat form is `{name, chooseOutOf, maxLocal, roleLabel, role, virtualNodes,
     weights{cpuUsage, memoryUsage, availableMemory, maxAvailableMemory, activationCount},
-    localSiloPreferenceMargin, entryPoint}`; the GrainType API form, with options in blocks
-    (`activationCountBased{chooseOutOf}`, `resourceOptimized{cpuUsage, ...,
-    localSiloPreferenceMargin}`, `custom{entryPoint, parameters}`, ...), is accepted as well.
+    localSiloPreferenceMargin, optimisticAccounting, entryPoint}`; the GrainType API form, with
+    options in blocks (`activationCountBased{chooseOutOf}`, `resourceOptimized{cpuUsage, ...,
+    localSiloPreferenceMargin, optimisticAccounting}`, `custom{entryPoint, parameters}`, ...), is
+    accepted as well.
     Options of other strategies are ignored (a schema may default them); unknown keys are
     errors, except for custom strategies, which get the whole flattened spec. `Custom`, a name
     that is not built-in, or an `entryPoint` selects an entry point of
