@@ -183,8 +183,11 @@ class AssignmentTable:
     def __post_init__(self) -> None:
         if not isinstance(self.units, MappingProxyType):
             object.__setattr__(self, "units", MappingProxyType(dict(self.units)))
-        for name, value in (("generation", self.generation), ("count", self.count),
-                            ("epoch", self.epoch)):
+        for name, value in (
+            ("generation", self.generation),
+            ("count", self.count),
+            ("epoch", self.epoch),
+        ):
             _count(value, name)
         names = self.member_uids
         if len(names) != len(self.members):
@@ -197,23 +200,31 @@ class AssignmentTable:
             raise AssignmentFormatError(f"unit {unit!r}: owner {state.owner!r} is not a member")
         if not 0 <= state.epoch <= self.epoch:
             raise AssignmentFormatError(
-                f"unit {unit!r}: epoch {state.epoch} outside 0..{self.epoch}")
+                f"unit {unit!r}: epoch {state.epoch} outside 0..{self.epoch}"
+            )
         release = state.releasing
         if release is None:
             return
         if state.owner is None or release.to == state.owner or release.to not in members:
             raise AssignmentFormatError(
-                f"unit {unit!r}: a release needs an owner and another member as target")
+                f"unit {unit!r}: a release needs an owner and another member as target"
+            )
         if not state.epoch <= release.epoch <= self.epoch or not math.isfinite(release.since):
             raise AssignmentFormatError(f"unit {unit!r}: release epoch or time out of range")
 
     @classmethod
-    def initial(cls, set_ref: SetRef, *, generation: int, key_scheme: str, count: int,
-                units: Iterable[str] | None = None) -> AssignmentTable:
+    def initial(
+        cls,
+        set_ref: SetRef,
+        *,
+        generation: int,
+        key_scheme: str,
+        count: int,
+        units: Iterable[str] | None = None,
+    ) -> AssignmentTable:
         """Epoch 0, nobody owns anything: what the operator steps from before its first write."""
         names = (str(i) for i in range(count)) if units is None else units
-        return cls(set_ref, generation, key_scheme, count, 0, (),
-                   {unit: UNOWNED for unit in names})
+        return cls(set_ref, generation, key_scheme, count, 0, (), {unit: UNOWNED for unit in names})
 
     @cached_property
     def unit_names(self) -> tuple[str, ...]:
@@ -237,8 +248,11 @@ class AssignmentTable:
         return result
 
     def releasing(self) -> dict[str, Release]:
-        return {unit: state.releasing for unit in self.unit_names
-                if (state := self.units[unit]).releasing is not None}
+        return {
+            unit: state.releasing
+            for unit in self.unit_names
+            if (state := self.units[unit]).releasing is not None
+        }
 
 
 # ---------------------------------------------------------------------------------- documents
@@ -249,8 +263,12 @@ def to_document(table: AssignmentTable, layout: Layout = "map") -> dict[str, Any
     doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": TABLE_KIND,
-        "set": {"kind": table.set_ref.kind, "namespace": table.set_ref.namespace,
-                "name": table.set_ref.name, "uid": table.set_ref.uid},
+        "set": {
+            "kind": table.set_ref.kind,
+            "namespace": table.set_ref.namespace,
+            "name": table.set_ref.name,
+            "uid": table.set_ref.uid,
+        },
         "generation": table.generation,
         "keyScheme": table.key_scheme,
         "count": table.count,
@@ -273,9 +291,14 @@ def to_document(table: AssignmentTable, layout: Layout = "map") -> dict[str, Any
     else:
         raise ValueError(f"unknown layout {layout!r}")
     doc["releasing"] = {
-        unit: {"from": s.owner, "to": s.releasing.to, "since": s.releasing.since,
-               "epoch": s.releasing.epoch}
-        for unit, s in zip(order, states, strict=True) if s.releasing is not None
+        unit: {
+            "from": s.owner,
+            "to": s.releasing.to,
+            "since": s.releasing.since,
+            "epoch": s.releasing.epoch,
+        }
+        for unit, s in zip(order, states, strict=True)
+        if s.releasing is not None
     }
     return doc
 
@@ -287,12 +310,15 @@ def from_document(doc: Any) -> AssignmentTable:
     if doc.get("apiVersion") != API_VERSION or doc.get("kind") != TABLE_KIND:
         raise AssignmentFormatError(
             f"unsupported document {doc.get('apiVersion')!r}/{doc.get('kind')!r}; "
-            f"this reader understands {API_VERSION}/{TABLE_KIND}")
+            f"this reader understands {API_VERSION}/{TABLE_KIND}"
+        )
     set_doc = _object(doc.get("set"), "set")
-    set_ref = SetRef(*(_string(set_doc.get(k), f"set.{k}")
-                       for k in ("kind", "namespace", "name", "uid")))
-    members = tuple(_member(m, f"members[{i}]")
-                    for i, m in enumerate(_array(doc.get("members"), "members")))
+    set_ref = SetRef(
+        *(_string(set_doc.get(k), f"set.{k}") for k in ("kind", "namespace", "name", "uid"))
+    )
+    members = tuple(
+        _member(m, f"members[{i}]") for i, m in enumerate(_array(doc.get("members"), "members"))
+    )
     layout = doc.get("layout")
     if layout == "map":
         owners, epochs = _map_layout(doc)
@@ -301,8 +327,10 @@ def from_document(doc: Any) -> AssignmentTable:
     else:
         raise AssignmentFormatError(f"layout: expected 'map' or 'indexed', got {layout!r}")
     releasing = _releases(_object(doc.get("releasing", {}), "releasing"), owners)
-    units = {unit: UnitState(owner, epoch, releasing.get(unit))
-             for unit, owner, epoch in zip(owners, owners.values(), epochs, strict=True)}
+    units = {
+        unit: UnitState(owner, epoch, releasing.get(unit))
+        for unit, owner, epoch in zip(owners, owners.values(), epochs, strict=True)
+    }
     return AssignmentTable(
         set_ref=set_ref,
         generation=_count(doc.get("generation"), "generation"),
@@ -316,8 +344,9 @@ def from_document(doc: Any) -> AssignmentTable:
 
 def _member(value: Any, path: str) -> Member:
     value = _object(value, path)
-    return Member(_string(value.get("name"), f"{path}.name"),
-                  _string(value.get("uid"), f"{path}.uid"))
+    return Member(
+        _string(value.get("name"), f"{path}.name"), _string(value.get("uid"), f"{path}.uid")
+    )
 
 
 def _map_layout(doc: dict[str, Any]) -> tuple[dict[str, str | None], list[int]]:
@@ -325,13 +354,16 @@ def _map_layout(doc: dict[str, Any]) -> tuple[dict[str, str | None], list[int]]:
     epochs = _object(doc.get("unitEpochs"), "unitEpochs")
     if units.keys() != epochs.keys():
         raise AssignmentFormatError("unitEpochs must have exactly the keys of units")
-    owners = {unit: None if owner is None else _string(owner, f"units[{unit!r}]")
-              for unit, owner in units.items()}
+    owners = {
+        unit: None if owner is None else _string(owner, f"units[{unit!r}]")
+        for unit, owner in units.items()
+    }
     return owners, [_count(epochs[unit], f"unitEpochs[{unit!r}]") for unit in owners]
 
 
-def _indexed_layout(doc: dict[str, Any], members: tuple[Member, ...]
-                    ) -> tuple[dict[str, str | None], list[int]]:
+def _indexed_layout(
+    doc: dict[str, Any], members: tuple[Member, ...]
+) -> tuple[dict[str, str | None], list[int]]:
     indexes = _array(doc.get("owners"), "owners")
     epochs = _array(doc.get("unitEpochs"), "unitEpochs")
     if "unitNames" in doc:
@@ -346,7 +378,8 @@ def _indexed_layout(doc: dict[str, Any], members: tuple[Member, ...]
     for unit, index in zip(names, indexes, strict=True):
         if type(index) is not int or not -1 <= index < len(members):
             raise AssignmentFormatError(
-                f"owners[{unit!r}]: expected -1 or a member index below {len(members)}")
+                f"owners[{unit!r}]: expected -1 or a member index below {len(members)}"
+            )
         owners[unit] = None if index < 0 else members[index].name
     return owners, [_count(e, "unitEpochs[]") for e in epochs]
 
@@ -361,8 +394,11 @@ def _releases(doc: dict[str, Any], owners: Mapping[str, str | None]) -> dict[str
         since = entry.get("since")
         if isinstance(since, bool) or not isinstance(since, int | float):
             raise AssignmentFormatError(f"{path}.since: expected a number")
-        releases[unit] = Release(to=_string(entry.get("to"), f"{path}.to"), since=float(since),
-                                 epoch=_count(entry.get("epoch"), f"{path}.epoch"))
+        releases[unit] = Release(
+            to=_string(entry.get("to"), f"{path}.to"),
+            since=float(since),
+            epoch=_count(entry.get("epoch"), f"{path}.epoch"),
+        )
     return releases
 
 
@@ -405,14 +441,16 @@ class ConfigMapPayload:
     @property
     def size(self) -> int:
         """Bytes the API server counts against its 1 MiB ConfigMap limit."""
-        return (sum(len(v.encode()) for v in self.data.values())
-                + sum(len(v) * 3 // 4 - v.count("=") for v in self.binary_data.values()))
+        return sum(len(v.encode()) for v in self.data.values()) + sum(
+            len(v) * 3 // 4 - v.count("=") for v in self.binary_data.values()
+        )
 
     @property
     def wire_size(self) -> int:
         """Bytes of data and binaryData values as they travel in JSON (base64 included)."""
-        return (sum(len(v.encode()) for v in self.data.values())
-                + sum(len(v) for v in self.binary_data.values()))
+        return sum(len(v.encode()) for v in self.data.values()) + sum(
+            len(v) for v in self.binary_data.values()
+        )
 
     def body(self) -> dict[str, dict[str, str]]:
         """The `data` and `binaryData` fields of the ConfigMap (replace both on every write)."""
@@ -423,12 +461,16 @@ class ConfigMapPayload:
         name = configmap.get("metadata", {}).get("name", "")
         if not name.startswith(base_name):
             raise AssignmentFormatError(f"ConfigMap {name!r} is not part of {base_name!r}")
-        return cls(suffix=name[len(base_name):], data=configmap.get("data") or {},
-                   binary_data=configmap.get("binaryData") or {})
+        return cls(
+            suffix=name[len(base_name) :],
+            data=configmap.get("data") or {},
+            binary_data=configmap.get("binaryData") or {},
+        )
 
 
-def encode_assignment(table: AssignmentTable, *, inline_limit: int = INLINE_LIMIT,
-                      chunk_limit: int = CHUNK_LIMIT) -> list[ConfigMapPayload]:
+def encode_assignment(
+    table: AssignmentTable, *, inline_limit: int = INLINE_LIMIT, chunk_limit: int = CHUNK_LIMIT
+) -> list[ConfigMapPayload]:
     """The ConfigMaps holding `table`, root first. Deterministic: same table, same bytes.
 
     Small tables: readable `map` JSON in `data`. Otherwise the `indexed` layout, gzipped, in
@@ -444,20 +486,28 @@ def encode_assignment(table: AssignmentTable, *, inline_limit: int = INLINE_LIMI
     blob = gzip.compress(_json_bytes(to_document(table, "indexed")), compresslevel=9, mtime=0)
     if len(blob) <= chunk_limit:
         return [ConfigMapPayload("", binary_data={GZIP_KEY: _b64(blob)})]
-    parts = [blob[i:i + chunk_limit] for i in range(0, len(blob), chunk_limit)]
-    chunks = [ConfigMapPayload(f"-{table.epoch}-{i}", binary_data={CHUNK_KEY: _b64(part)})
-              for i, part in enumerate(parts)]
+    parts = [blob[i : i + chunk_limit] for i in range(0, len(blob), chunk_limit)]
+    chunks = [
+        ConfigMapPayload(f"-{table.epoch}-{i}", binary_data={CHUNK_KEY: _b64(part)})
+        for i, part in enumerate(parts)
+    ]
     index = {
         "apiVersion": API_VERSION,
         "kind": INDEX_KIND,
-        "set": {"kind": table.set_ref.kind, "namespace": table.set_ref.namespace,
-                "name": table.set_ref.name, "uid": table.set_ref.uid},
+        "set": {
+            "kind": table.set_ref.kind,
+            "namespace": table.set_ref.namespace,
+            "name": table.set_ref.name,
+            "uid": table.set_ref.uid,
+        },
         "epoch": table.epoch,
         "encoding": "gzip",
         "size": len(blob),
         "sha256": hashlib.sha256(blob).hexdigest(),
-        "chunks": [{"suffix": c.suffix, "size": len(p), "sha256": hashlib.sha256(p).hexdigest()}
-                   for c, p in zip(chunks, parts, strict=True)],
+        "chunks": [
+            {"suffix": c.suffix, "size": len(p), "sha256": hashlib.sha256(p).hexdigest()}
+            for c, p in zip(chunks, parts, strict=True)
+        ],
     }
     root = ConfigMapPayload("", data={INDEX_KEY: _json_bytes(index).decode()})
     return [root, *chunks]
@@ -488,7 +538,8 @@ def decode_assignment(configmaps: Iterable[ConfigMapPayload]) -> AssignmentTable
         raw = _gunzip(_join_chunks(_index(root), by_suffix))
     else:
         raise AssignmentFormatError(
-            f"ConfigMap holds none of {DATA_KEY!r}, {GZIP_KEY!r} (binaryData), {INDEX_KEY!r}")
+            f"ConfigMap holds none of {DATA_KEY!r}, {GZIP_KEY!r} (binaryData), {INDEX_KEY!r}"
+        )
     try:
         doc = json.loads(raw)
     except ValueError as exc:
@@ -503,8 +554,9 @@ def _index(root: ConfigMapPayload) -> dict[str, Any]:
         raise AssignmentFormatError(f"{INDEX_KEY} is not JSON: {exc}") from None
     index = _object(index, INDEX_KEY)
     if index.get("apiVersion") != API_VERSION or index.get("kind") != INDEX_KIND:
-        raise AssignmentFormatError(f"{INDEX_KEY}: unsupported index "
-                                    f"{index.get('apiVersion')!r}/{index.get('kind')!r}")
+        raise AssignmentFormatError(
+            f"{INDEX_KEY}: unsupported index {index.get('apiVersion')!r}/{index.get('kind')!r}"
+        )
     if index.get("encoding") != "gzip":
         raise AssignmentFormatError(f"{INDEX_KEY}: unsupported encoding {index.get('encoding')!r}")
     for i, chunk in enumerate(_array(index.get("chunks"), f"{INDEX_KEY}.chunks")):
@@ -520,8 +572,9 @@ def _join_chunks(index: dict[str, Any], by_suffix: Mapping[str, ConfigMapPayload
     for chunk in index["chunks"]:
         payload = by_suffix.get(chunk["suffix"])
         if payload is None or CHUNK_KEY not in payload.binary_data:
-            raise IncompleteAssignment(f"chunk {chunk['suffix']!r} of epoch "
-                                       f"{index.get('epoch')} is missing")
+            raise IncompleteAssignment(
+                f"chunk {chunk['suffix']!r} of epoch {index.get('epoch')} is missing"
+            )
         part = _unb64(payload.binary_data[CHUNK_KEY], f"chunk {chunk['suffix']!r}")
         if hashlib.sha256(part).hexdigest() != chunk["sha256"]:
             raise IncompleteAssignment(f"chunk {chunk['suffix']!r} does not match its checksum")

@@ -9,7 +9,6 @@ fail over between any two writes. Pure: no I/O, no clock of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -79,8 +78,10 @@ class HandoffEvent:
             case Reason.HANDOFF_COMPLETED:
                 return f"{src} acknowledged the release of {what}; {dst} owns them"
             case Reason.HANDOFF_TIMED_OUT:
-                return (f"{src} did not acknowledge the release of {what} within "
-                        f"handoffTimeout; reassigned to {dst} anyway")
+                return (
+                    f"{src} did not acknowledge the release of {what} within "
+                    f"handoffTimeout; reassigned to {dst} anyway"
+                )
             case Reason.OWNER_GONE:
                 where = f"reassigned to {dst}" if dst else "no member can take them"
                 return f"owner pod {src} is gone; {what} {where}"
@@ -128,8 +129,11 @@ def step(
         raise ValueError("handoff_timeout must be positive")
     epoch = published.epoch + 1
     known_uid = published.member_uids
-    draining = {name for name, pod in live_members.items()
-                if pod.draining or (_vouched(acks.get(name), pod.uid) and acks[name].draining)}
+    draining = {
+        name
+        for name, pod in live_members.items()
+        if pod.draining or (_vouched(acks.get(name), pod.uid) and acks[name].draining)
+    }
 
     units = dict(published.units)
     changed = False
@@ -142,12 +146,22 @@ def step(
     for unit in order:
         state = units.get(unit, UNOWNED)
         wanted = target.get(unit)
-        destination = (wanted if wanted in live_members and wanted not in draining else None)
+        destination = wanted if wanted in live_members and wanted not in draining else None
         owner = state.owner
         owner_pod = live_members.get(owner) if owner is not None else None
         alive = owner_pod is not None and owner_pod.uid == known_uid[owner]
-        outcome = _advance(state, unit, destination, alive, acks.get(owner) if alive else None,
-                           known_uid.get(owner), published.epoch, now, handoff_timeout, epoch)
+        outcome = _advance(
+            state,
+            unit,
+            destination,
+            alive,
+            acks.get(owner) if alive else None,
+            known_uid.get(owner),
+            published.epoch,
+            now,
+            handoff_timeout,
+            epoch,
+        )
         if outcome is not None:
             state, reason, source, dest = outcome
             units[unit] = state
@@ -166,10 +180,19 @@ def step(
     changed = changed or members != published.members or new_generation != published.generation
     new_table = None
     if changed:
-        new_table = AssignmentTable(published.set_ref, new_generation, published.key_scheme,
-                                    published.count, epoch, members, units)
-    events = tuple(HandoffEvent(reason, source, dest, tuple(group))
-                   for (reason, source, dest), group in sorted(grouped.items(), key=_event_key))
+        new_table = AssignmentTable(
+            published.set_ref,
+            new_generation,
+            published.key_scheme,
+            published.count,
+            epoch,
+            members,
+            units,
+        )
+    events = tuple(
+        HandoffEvent(reason, source, dest, tuple(group))
+        for (reason, source, dest), group in sorted(grouped.items(), key=_event_key)
+    )
     return HandoffDecision(new_table, events, tuple(waiting), wake_at)
 
 
@@ -213,12 +236,17 @@ def _advance(
     return None
 
 
-def _released(ack: Ack | None, uid: str | None, unit: str, release: Release,
-              published_epoch: int) -> bool:
+def _released(
+    ack: Ack | None, uid: str | None, unit: str, release: Release, published_epoch: int
+) -> bool:
     """The owner's ack covers this release: written by the owning incarnation after it saw the
     release (an older ack predates it; one newer than the table means our read is stale)."""
-    return (ack is not None and ack.uid == uid
-            and release.epoch <= ack.epoch <= published_epoch and unit not in ack.pending)
+    return (
+        ack is not None
+        and ack.uid == uid
+        and release.epoch <= ack.epoch <= published_epoch
+        and unit not in ack.pending
+    )
 
 
 def _vouched(ack: Ack | None, uid: str | None) -> bool:
@@ -238,10 +266,12 @@ def _event_key(item: tuple[tuple[Reason, str | None, str | None], list[str]]) ->
 class WorkerPlan:
     """What a worker does on a table newer than the last one it handled.
 
-    acquire: start serving (fencing token: `table.units[u].epoch`). release: take no new work,
-    finish or buffer, then ack. stop: taken away without this worker's ack (it was presumed
-    gone, or the hand-off timed out): stop at once. A unit being finished for a release that
-    the table now shows as owned again (hand-off cancelled) simply goes on being served.
+    acquire: start serving, under fencing token `table.units[u].epoch` (load state afresh).
+    release: take no new work, finish or buffer, then ack. stop: drop at once, without an ack:
+    the unit was taken away without this worker's ack (it was presumed gone, or the hand-off
+    timed out), possibly given back since under a newer token, in which case it is in
+    `acquire` too. A unit being finished for a release that the table shows as owned again
+    (hand-off cancelled) simply goes on being served.
     """
 
     acquire: frozenset[str]
@@ -257,39 +287,63 @@ def owned_units(table: AssignmentTable, me: Member) -> frozenset[str]:
     """Units `me` may take new work for: owner is this very pod incarnation, no release."""
     if not _incarnation(table, me):
         return frozenset()
-    return frozenset(unit for unit, state in table.units.items()
-                     if state.owner == me.name and state.releasing is None)
+    return frozenset(
+        unit
+        for unit, state in table.units.items()
+        if state.owner == me.name and state.releasing is None
+    )
 
 
 def releasing_units(table: AssignmentTable, me: Member) -> frozenset[str]:
     """Units `me` still nominally owns but must release and acknowledge."""
     if not _incarnation(table, me):
         return frozenset()
-    return frozenset(unit for unit, state in table.units.items()
-                     if state.owner == me.name and state.releasing is not None)
+    return frozenset(
+        unit
+        for unit, state in table.units.items()
+        if state.owner == me.name and state.releasing is not None
+    )
 
 
 def is_owner(table: AssignmentTable, me: Member, unit: str) -> bool:
     state = table.units.get(unit)
-    return (state is not None and state.owner == me.name and state.releasing is None
-            and _incarnation(table, me))
+    return (
+        state is not None
+        and state.owner == me.name
+        and state.releasing is None
+        and _incarnation(table, me)
+    )
 
 
-def plan_worker(table: AssignmentTable, me: Member, serving: AbstractSet[str]) -> WorkerPlan:
-    """The worker rule. `serving`: units this process serves now, including ones it is
-    finishing for a release. Serve a unit only while the table says it is yours."""
+def plan_worker(table: AssignmentTable, me: Member, serving: Mapping[str, int]) -> WorkerPlan:
+    """The worker rule. `serving`: unit → fencing token, for every unit this process serves
+    now, including ones it is finishing for a release. Serve a unit only while the table says
+    it is yours under the token you acquired it with."""
+    kept = {
+        unit
+        for unit, token in serving.items()
+        if (state := table.units.get(unit)) is not None and state.epoch == token
+    }
     owned = owned_units(table, me)
     releasing = releasing_units(table, me)
-    return WorkerPlan(acquire=owned - serving, release=releasing & serving,
-                      stop=frozenset(serving) - owned - releasing)
+    return WorkerPlan(
+        acquire=frozenset(owned - kept),
+        release=frozenset(releasing & kept),
+        stop=frozenset(serving.keys() - (kept & (owned | releasing))),
+    )
 
 
-def make_ack(table: AssignmentTable, me: Member, *, pending: Iterable[str] = (),
-             draining: bool = False) -> Ack:
+def make_ack(
+    table: AssignmentTable, me: Member, *, pending: Iterable[str] = (), draining: bool = False
+) -> Ack:
     """The ack to write after handling `table`: every unit it marks releasing from `me` is
     released except `pending` (units still finishing)."""
-    return Ack(uid=me.uid, epoch=table.epoch,
-               pending=frozenset(pending) & releasing_units(table, me), draining=draining)
+    return Ack(
+        uid=me.uid,
+        epoch=table.epoch,
+        pending=frozenset(pending) & releasing_units(table, me),
+        draining=draining,
+    )
 
 
 def supersedes(new: AssignmentTable, old: AssignmentTable | None) -> bool:

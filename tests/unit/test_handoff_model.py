@@ -1,0 +1,381 @@
+"""Model-based test of the hand-off protocol: operator, workers, acks, crashes and delays.
+
+The API server holds the published tables (their whole history, so that a worker may see any
+stale version) and the pods with their ack annotations. The operator is stateless, as the real
+one: each step re-reads everything, so an operator crash or a failover to a standby (whose clock
+may differ) is just a step that did not happen. Workers observe tables late and in order, write
+acks that land late and out of order (possibly on a newer pod with the same name), crash and
+restart, and are deleted or replaced by a new incarnation of the same name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+from itertools import pairwise
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from apportion.api.assignment import Ack, AssignmentTable, Member, SetRef
+from apportion.engine.handoff import (
+    HandoffDecision,
+    LivePod,
+    Reason,
+    is_owner,
+    make_ack,
+    owned_units,
+    plan_worker,
+    releasing_units,
+    step,
+    supersedes,
+)
+
+UNITS = ("0", "1", "2")
+NAMES = ("p0", "p1", "p2")
+TIMEOUT = 10.0
+SET = SetRef("ShardSet", "ns", "model", "set-uid")
+
+names = st.sampled_from(NAMES)
+
+
+@dataclass
+class Pod:
+    uid: str
+    terminating: bool = False  # deletionTimestamp set, SIGTERM sent
+    annotation: Ack | None = None
+
+
+@dataclass
+class Process:
+    """A running worker container: what it serves and the fencing token it acquired under."""
+
+    me: Member
+    view: AssignmentTable
+    serving: dict[str, int] = field(default_factory=dict)
+    finishing: set[str] = field(default_factory=set)
+    draining: bool = False
+
+
+class HandoffModel(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history = [
+            AssignmentTable.initial(SET, generation=1, key_scheme="akka", count=len(UNITS))
+        ]
+        self.pods: dict[str, Pod] = {}
+        self.procs: dict[str, Process] = {}
+        self.in_flight: list[tuple[str, Ack]] = []
+        self.target: dict[str, str] = {}
+        self.now = 0.0
+        self.uids = itertools.count()
+        # (unit, pod uid, unit epoch) whose owner lost the unit to handoffTimeout while alive
+        self.forced: set[tuple[str, str, int]] = set()
+        # (unit, unit epoch) → the one pod incarnation that ever acquired it under that epoch
+        self.token_holders: dict[tuple[str, int], str] = {}
+
+    @property
+    def latest(self) -> AssignmentTable:
+        return self.history[-1]
+
+    # ------------------------------------------------------------------------------ operator
+
+    def operator_step(self, now: float) -> HandoffDecision:
+        published = self.latest
+        live = {n: LivePod(p.uid, p.terminating) for n, p in self.pods.items()}
+        acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
+        decision = step(published, self.target, acks, live, now, TIMEOUT)
+        new = decision.new_table
+        if new is None:
+            return decision
+        assert new.epoch == published.epoch + 1
+        assert step(new, self.target, acks, live, now, TIMEOUT).new_table is None, (
+            "same inputs must not cause a second write"
+        )
+        for happened in decision.events:
+            event(happened.reason.value)  # scenario coverage: --hypothesis-show-statistics
+            if happened.reason is Reason.HANDOFF_TIMED_OUT:
+                for unit in happened.units:
+                    old = published.units[unit]
+                    assert old.owner is not None
+                    self.forced.add((unit, published.member_uids[old.owner], old.epoch))
+        self.history.append(new)
+        return decision
+
+    @initialize(
+        pods=st.sets(names, min_size=1), wanted=st.dictionaries(st.sampled_from(UNITS), names)
+    )
+    def fleet(self, pods: set[str], wanted: dict[str, str]) -> None:
+        for name in sorted(pods):
+            self.create_pod(name)
+        self.target = wanted
+        self.operator_step(self.now)
+
+    @rule(skew=st.sampled_from([0.0, 0.0, -3.0, 3.0]))
+    def operator(self, skew: float) -> None:
+        self.operator_step(self.now + skew)
+
+    def react(self, watch_fired: bool) -> None:
+        """The operator is level-triggered: a change usually wakes it at once, but may not."""
+        if watch_fired:
+            self.operator_step(self.now)
+
+    @rule(wanted=st.dictionaries(st.sampled_from(UNITS), names), watch_fired=st.booleans())
+    def set_target(self, wanted: dict[str, str], watch_fired: bool) -> None:
+        self.target = wanted
+        self.react(watch_fired)
+
+    @rule(unit=st.sampled_from(UNITS), name=names, watch_fired=st.booleans())
+    def move_unit(self, unit: str, name: str, watch_fired: bool) -> None:
+        self.target = {**self.target, unit: name}
+        self.react(watch_fired)
+
+    @rule(dt=st.floats(0.5, 2 * TIMEOUT), watch_fired=st.booleans())
+    def advance_clock(self, dt: float, watch_fired: bool) -> None:
+        self.now += dt
+        self.react(watch_fired)
+
+    # ---------------------------------------------------------------------------------- pods
+
+    def start_process(self, name: str) -> None:
+        pod = self.pods[name]
+        # A starting worker reads the table with a consistent read: never older than what a
+        # crashed predecessor in the same pod saw or acknowledged.
+        self.procs[name] = Process(Member(name, pod.uid), view=self.history[0])
+        self.handle(name, self.latest)
+
+    @rule(name=names)
+    def create_pod(self, name: str) -> None:
+        if name not in self.pods:
+            self.pods[name] = Pod(uid=f"{name}-{next(self.uids)}")
+            self.start_process(name)
+
+    @rule(name=names)
+    def crash_process(self, name: str) -> None:
+        self.procs.pop(name, None)
+
+    @rule(name=names)
+    def restart_process(self, name: str) -> None:
+        pod = self.pods.get(name)
+        if pod is not None and not pod.terminating and name not in self.procs:
+            self.start_process(name)
+
+    @rule(name=names)
+    def terminate_pod(self, name: str) -> None:
+        if name in self.pods:
+            self.pods[name].terminating = True
+            if name in self.procs:
+                self.procs[name].draining = True
+
+    @rule(name=names)
+    def worker_announces_draining(self, name: str) -> None:
+        if name in self.procs:
+            self.procs[name].draining = True
+
+    @rule(name=names)
+    def delete_pod(self, name: str) -> None:
+        # Graceful deletion: the object goes only after its containers are gone.
+        self.procs.pop(name, None)
+        self.pods.pop(name, None)
+
+    # ------------------------------------------------------------------------------- workers
+
+    def handle(self, name: str, table: AssignmentTable) -> None:
+        proc = self.procs[name]
+        assert supersedes(table, proc.view) or table is proc.view
+        plan = plan_worker(table, proc.me, proc.serving)
+        for unit in plan.stop:
+            del proc.serving[unit]
+            proc.finishing.discard(unit)
+        proc.finishing |= plan.release
+        proc.finishing -= owned_units(table, proc.me)
+        for unit in plan.acquire:
+            token = table.units[unit].epoch
+            holder = self.token_holders.setdefault((unit, token), proc.me.uid)
+            assert holder == proc.me.uid, f"{unit} epoch {token} granted to {holder} and {proc.me}"
+            proc.serving[unit] = token
+        proc.view = table
+
+    @precondition(lambda self: self.procs)
+    @rule(data=st.data())
+    def worker_observes(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.procs)))
+        seen = self.procs[name].view.epoch
+        if seen < self.latest.epoch:
+            epoch = data.draw(st.integers(seen + 1, self.latest.epoch), label="epoch")
+            self.handle(name, self.history[epoch])
+
+    @precondition(lambda self: any(p.finishing for p in self.procs.values()))
+    @rule(data=st.data())
+    def worker_finishes(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(n for n, p in self.procs.items() if p.finishing)))
+        proc = self.procs[name]
+        unit = data.draw(st.sampled_from(sorted(proc.finishing)))
+        proc.finishing.discard(unit)
+        del proc.serving[unit]
+
+    def write_ack(self, name: str, lands_now: bool) -> None:
+        proc = self.procs[name]
+        ack = make_ack(proc.view, proc.me, pending=proc.finishing, draining=proc.draining)
+        if lands_now:
+            self.pods[name].annotation = ack
+        else:
+            self.in_flight.append((name, ack))
+
+    @precondition(lambda self: self.procs)
+    @rule(data=st.data(), lands_now=st.booleans())
+    def worker_acks(self, data: st.DataObject, lands_now: bool) -> None:
+        self.write_ack(data.draw(st.sampled_from(sorted(self.procs))), lands_now)
+
+    @precondition(lambda self: self.procs)
+    @rule(data=st.data(), finish=st.booleans(), ack=st.booleans())
+    def worker_catches_up(self, data: st.DataObject, finish: bool, ack: bool) -> None:
+        """The common case, in one step: handle the latest table, maybe finish, maybe ack."""
+        name = data.draw(st.sampled_from(sorted(self.procs)))
+        proc = self.procs[name]
+        if proc.view is not self.latest:
+            self.handle(name, self.latest)
+        if finish:
+            for unit in proc.finishing:
+                del proc.serving[unit]
+            proc.finishing.clear()
+        if ack:
+            self.write_ack(name, lands_now=True)
+
+    @precondition(lambda self: self.in_flight)
+    @rule(data=st.data(), watch_fired=st.booleans())
+    def ack_lands(self, data: st.DataObject, watch_fired: bool) -> None:
+        # Any in-flight write, in any order; it lands on whichever pod has that name now.
+        name, ack = self.in_flight.pop(data.draw(st.integers(0, len(self.in_flight) - 1)))
+        if name in self.pods:
+            self.pods[name].annotation = ack
+        self.react(watch_fired)
+
+    # ---------------------------------------------------------------------------- invariants
+
+    @invariant()
+    def epochs_never_go_backwards(self) -> None:
+        for old, new in pairwise(self.history):
+            assert new.epoch == old.epoch + 1 and new.set_ref == old.set_ref
+            for unit, state in old.units.items():
+                assert new.units[unit].epoch >= state.epoch
+
+    @invariant()
+    def no_unit_lost(self) -> None:
+        assert set(self.latest.units) == set(UNITS)
+
+    @invariant()
+    def workers_serve_only_what_their_view_gives_them(self) -> None:
+        # Spelled out from the table, independently of the worker rule under test.
+        for proc in self.procs.values():
+            me_in_view = proc.view.member_uids.get(proc.me.name) == proc.me.uid
+            assert proc.finishing <= proc.serving.keys()
+            for unit, token in proc.serving.items():
+                state = proc.view.units[unit]
+                assert me_in_view and state.owner == proc.me.name and state.epoch == token
+                assert state.releasing is None or unit in proc.finishing, (
+                    f"{proc.me} takes new work for {unit} while releasing it"
+                )
+
+    @invariant()
+    def one_believer_per_unit_and_epoch(self) -> None:
+        for unit in UNITS:
+            epochs = [
+                p.view.units[unit].epoch
+                for p in self.procs.values()
+                if is_owner(p.view, p.me, unit) or unit in releasing_units(p.view, p.me)
+            ]
+            assert len(epochs) == len(set(epochs)), f"two live pods own {unit} in one epoch"
+
+    @invariant()
+    def servers_are_current_owners_unless_forced(self) -> None:
+        # Catches a wrong grant when it is published, before the new owner even sees it.
+        latest = self.latest
+        for proc in self.procs.values():
+            for unit, token in proc.serving.items():
+                state = latest.units[unit]
+                current = (
+                    state.owner == proc.me.name
+                    and latest.member_uids[proc.me.name] == proc.me.uid
+                    and state.epoch == token
+                )
+                assert current or (unit, proc.me.uid, token) in self.forced, (
+                    f"{proc.me} still serves {unit} (epoch {token}) but the table gave it to "
+                    f"{state.owner} (epoch {state.epoch}) without a timed-out hand-off"
+                )
+
+    @invariant()
+    def no_overlap_unless_forced(self) -> None:
+        for unit in UNITS:
+            servers = sorted(
+                (p.serving[unit], p.me.uid) for p in self.procs.values() if unit in p.serving
+            )
+            tokens = [token for token, _ in servers]
+            assert len(tokens) == len(set(tokens)), f"{unit} served twice under one epoch"
+            for token, uid in servers[:-1]:
+                assert (unit, uid, token) in self.forced, (
+                    f"{unit} served by {uid} (epoch {token}) and by a newer owner, "
+                    "without a timed-out hand-off"
+                )
+
+    # ------------------------------------------------------------------------------ liveness
+
+    def quiesce(self) -> None:
+        """Faults stop, workers cooperate, the controller targets the healthy pods: within a
+        few rounds every unit is owned by its target and served by it alone, no timeout needed."""
+        for name in [
+            n
+            for n, p in self.pods.items()
+            if p.terminating or (n in self.procs and self.procs[n].draining)
+        ]:
+            self.delete_pod(name)
+        if not self.pods:
+            self.create_pod(NAMES[0])
+        for name in self.pods.keys() - self.procs.keys():
+            self.start_process(name)
+        healthy = sorted(self.pods)
+        self.target = {unit: healthy[i % len(healthy)] for i, unit in enumerate(UNITS)}
+        for name, ack in self.in_flight:
+            if name in self.pods:
+                self.pods[name].annotation = ack
+        self.in_flight.clear()
+        for _ in range(4):
+            for name, proc in self.procs.items():
+                self.handle(name, self.latest)
+                for unit in list(proc.finishing):
+                    del proc.serving[unit]
+                proc.finishing.clear()
+                self.pods[name].annotation = make_ack(proc.view, proc.me)
+            decision = self.operator_step(self.now)
+            if decision.new_table is None:
+                break
+        assert decision.new_table is None, "no fixed point after quiescence"
+        for name in self.procs:
+            self.handle(name, self.latest)
+        assert not self.latest.releasing()
+        assert self.latest.owners() == self.target
+        for proc in self.procs.values():
+            assert proc.serving.keys() == owned_units(self.latest, proc.me)
+
+    def teardown(self) -> None:
+        if sys.exc_info()[0] is None:  # do not mask the failure being reported
+            self.quiesce()
+            self.no_overlap_unless_forced()
+
+
+TestHandoffModel = HandoffModel.TestCase
+TestHandoffModel.settings = settings(
+    max_examples=int(os.environ.get("APPORTION_MODEL_EXAMPLES", "300")),
+    stateful_step_count=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
