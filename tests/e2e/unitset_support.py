@@ -195,23 +195,30 @@ def reasons(evs: list[dict[str, Any]]) -> Counter[str]:
 @dataclass(frozen=True)
 class Ownership:
     """One line of a demo worker's log: `pod` started (acquire) or stopped (release, stop)
-    serving `unit` under `epoch`, at `time` (seconds)."""
+    serving `unit` when it handled table `epoch`, at `time` (seconds); `token`: the unit's
+    fencing token (its epoch in the table), None when the worker had none."""
 
     time: float
     pod: str
     action: str
     unit: str
     epoch: int
+    token: int | None
 
 
+# `apportion demo-worker` logs one line per unit: "<unix time> acquire unit=3 epoch=7 token=7
+# pod=w-0 set=PartitionSet/demo" (acquire, release or stop).
 _LOG_LINE = re.compile(
-    r"^(?P<time>\d+\.\d+) .*\b(?P<action>acquire|release|stop)\b.*?\bunit[= ](?P<unit>\S+)"
-    r".*?\bepoch[= ](?P<epoch>\d+)"
+    r"^(?P<time>\d+\.\d+) (?P<action>acquire|release|stop) unit=(?P<unit>\S+) "
+    r"epoch=(?P<epoch>\d+) token=(?P<token>\S+) .*\bset=(?P<set>\S+)"
 )
 
 
-def ownership_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[Ownership]:
-    """Every acquire/release/stop the given demo workers logged, in time order."""
+def ownership_log(
+    dev_cluster: Any, namespace: str, pods: list[str], set_name: str
+) -> list[Ownership]:
+    """Every acquire/release/stop the given demo workers logged for the set (`Kind/name`), in
+    time order."""
     lines: list[Ownership] = []
     for pod in pods:
         path = dev_cluster.pod_log_path(namespace, pod)
@@ -219,7 +226,7 @@ def ownership_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[Own
             continue
         for line in Path(path).read_text(errors="replace").splitlines():
             match = _LOG_LINE.search(line)
-            if match:
+            if match and match["set"] == set_name:
                 lines.append(
                     Ownership(
                         float(match["time"]),
@@ -227,6 +234,7 @@ def ownership_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[Own
                         match["action"],
                         match["unit"],
                         int(match["epoch"]),
+                        int(match["token"]) if match["token"].isdigit() else None,
                     )
                 )
     return sorted(lines, key=lambda o: o.time)

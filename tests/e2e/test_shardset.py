@@ -1,0 +1,92 @@
+"""A ShardSet of 1000 shards allocated by LeastShards over demo workers, as Akka's
+LeastShardAllocationStrategy does it: new shards to the region with the fewest, and when a
+region joins, rebalance rounds of at most max(1, min(relativeLimit x shards, absoluteLimit))
+shards, one round at a time (none while a hand-off is in progress), until the counts converge."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+from unitset_support import (
+    Operator,
+    apply,
+    counts,
+    demo_worker,
+    events,
+    get,
+    is_true,
+    overlaps,
+    ownership_log,
+    read_table,
+    ready_pods,
+    unit_set,
+    workers,
+)
+
+SHARDS = 1000
+LIMIT = 20  # min(10 % of 1000, absoluteLimit 20)
+
+
+@pytest.fixture
+def operator(dev_cluster, crds, namespace, tmp_path):
+    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    yield process
+    assert process.stop() == 0, process.text()
+    assert "Traceback" not in process.text(), process.text()
+
+
+def test_least_shards_rebalances_in_limited_rounds_until_even(
+    operator, dev_cluster, namespace, kubectl, wait_for
+) -> None:
+    apply(kubectl, namespace, workers("cw", 3, command=demo_worker("ShardSet", "carts")))
+    wait_for(lambda: len(ready_pods(kubectl, namespace, "app=cw")) == 3, 60, "3 demo workers")
+    spec = {
+        "shards": SHARDS,
+        "workloadRef": {"kind": "StatefulSet", "name": "cw"},
+        "strategy": {
+            "name": "LeastShards",
+            "leastShards": {"absoluteLimit": 20, "relativeLimitPercent": 10},
+        },
+        "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+    }
+    apply(kubectl, namespace, unit_set("ShardSet", "carts", spec))
+    kubectl("wait", "-n", namespace, "--for=condition=Balanced", "sset/carts", "--timeout=60s")
+    first = read_table(kubectl, namespace, "ShardSet", "carts")
+    assert sorted(counts(first).values()) == [333, 333, 334]
+    assert first.key_scheme == "akka" and first.count == SHARDS
+
+    kubectl("scale", "-n", namespace, "statefulset", "cw", "--replicas=4")
+
+    def converged():
+        obj = get(kubectl, namespace, "sset", "carts")
+        found = read_table(kubectl, namespace, "ShardSet", "carts")
+        settled = obj["status"].get("members") == 4 and is_true(obj, "Balanced")
+        return found if settled and not found.releasing() else None
+
+    final = wait_for(converged, 180, "LeastShards converging over 4 workers")
+    assert counts(final) == {"cw-0": 250, "cw-1": 250, "cw-2": 250, "cw-3": 250}
+
+    evs = events(kubectl, namespace, "carts")
+    rounds = [
+        int(re.search(r"rebalancing (\d+) unit", e["note"])[1])
+        for e in evs
+        if e["reason"] == "Rebalancing"
+    ]
+    assert rounds and max(rounds) <= LIMIT
+    assert sum(rounds) == 250, "only the new region's share moved"
+    assert len(rounds) == math.ceil(250 / LIMIT)
+    assert not [e for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]
+
+    pods = [f"cw-{i}" for i in range(4)]
+    log = wait_for(
+        lambda: (
+            (log := ownership_log(dev_cluster, namespace, pods, "ShardSet/carts"))
+            and sum(1 for o in log if o.pod == "cw-3" and o.action == "acquire") == 250
+            and log
+        ),
+        30,
+        "cw-3 logging its 250 acquisitions",
+    )
+    assert overlaps(log) == []
