@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+_MAX_CALL_CONTEXTS = 4096
+
 PLACEMENTS = "apportion_grain_placements"
 STARTED = "apportion_grain_activations_started"
 TABLE_VERSION = "apportion_grain_placement_table_version"
@@ -151,6 +153,7 @@ class PlacementDirector:
         self._default: _Placer | None = None
         self._resolved: dict[str, _Placer] = {}  # grain types placed so far, defaults included
         self._contexts: dict[str | None, PlacementContext] = {}
+        self._call_contexts: dict[tuple[str | None, str | None, int], PlacementContext] = {}
         self._listeners: list[Any] = []
         self.hosted: Counter[str] = Counter()
         """Activations of each grain type running on this member now."""
@@ -315,6 +318,18 @@ class PlacementDirector:
             ctx = self._contexts[local_member] = PlacementContext(local_member=local_member)
         return ctx
 
+    def _call_context(self, local: str | None, hint: str | None, count: int) -> PlacementContext:
+        # Building a context costs more than a placement; hints and StatelessWorker counts take
+        # few distinct values, so keep the ones in use.
+        key = (local, hint, count)
+        ctx = self._call_contexts.get(key)
+        if ctx is None:
+            if len(self._call_contexts) >= _MAX_CALL_CONTEXTS:
+                self._call_contexts.clear()
+            ctx = self._context(local).with_call(hint=hint, local_activations=count)
+            self._call_contexts[key] = ctx
+        return ctx
+
     def place(
         self,
         grain_type: str,
@@ -337,11 +352,12 @@ class PlacementDirector:
             strategy = placer.strategy
             if strategy is None:
                 raise PlacementError(placer.error)
-            ctx = self._contexts.get(local) or self._context(local)
             if hint is not None or placer.stateless:
                 if local_activations is None:
                     local_activations = self._local_grains.get((grain_type, grain_id), 0)
-                ctx = ctx.with_call(hint=hint, local_activations=local_activations)
+                ctx = self._call_context(local, hint, local_activations)
+            else:
+                ctx = self._contexts.get(local) or self._context(local)
             member = strategy.place(grain_id, ctx)
             # A flat dict per grain type: a Counter keyed by tuples costs as much as the
             # placement itself.
