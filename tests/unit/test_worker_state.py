@@ -191,7 +191,7 @@ def test_a_release_of_a_unit_this_process_never_held_is_acknowledged_at_once() -
     assert ack == Ack(uid="uid-0", epoch=4, pending=frozenset(), draining=False)
 
 
-def test_draining_marks_the_ack_stops_acquiring_and_ends_when_everything_moved() -> None:
+def test_draining_marks_the_ack_keeps_serving_and_ends_when_everything_moved() -> None:
     s = state()
     start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-1", 1)}))
     s.start_draining()
@@ -199,26 +199,30 @@ def test_draining_marks_the_ack_stops_acquiring_and_ends_when_everything_moved()
     assert ack == Ack(uid="uid-0", epoch=1, pending=frozenset(), draining=True)
     s.ack_written(ack)
     assert s.ack_due() is None and not s.drained()
-    # A table written before the operator saw the mark grants unit 2: not taken up.
+    assert s.my_units() == {"0"}  # served until the operator moves it away
+    # A table written before the operator saw the mark grants unit 2: served meanwhile too.
     s.receive(
         table(2, {"0": releasing("w-0", 1, "w-1", 2), "1": owned("w-1", 1), "2": owned("w-0", 2)})
     )
     step = s.next_transition()
-    assert step is not None and step.release == {"0"} and not step.acquire
+    assert step is not None and step.release == {"0"} and step.acquire == {"2"}
     s.released(step.release)
+    s.acquired(step.acquire)
     ack = s.ack_due()
     assert ack is not None and ack.draining and ack.epoch == 2 and not ack.pending
     s.ack_written(ack)
-    assert not s.drained()  # unit 2 is still ours in the view
+    assert not s.drained()  # unit 2 is still ours
     s.receive(
         table(3, {"0": owned("w-1", 3), "1": owned("w-1", 1), "2": releasing("w-0", 2, "w-1", 3)})
     )
-    assert s.next_transition() is None  # never acquired: nothing to release
+    step = s.next_transition()
+    assert step is not None and step.release == {"2"}
+    assert s.ack_due() is None and not s.drained()  # still finishing unit 2
+    s.released(step.release)
     ack = s.ack_due()
-    assert ack is not None and ack.epoch == 3 and ack.draining
+    assert ack == Ack(uid="uid-0", epoch=3, pending=frozenset(), draining=True)
     s.ack_written(ack)
-    s.receive(table(4, {"0": owned("w-1", 3), "1": owned("w-1", 1), "2": owned("w-1", 4)}))
-    assert s.drained()
+    assert s.drained()  # nothing held, nothing owned, every release acknowledged
 
 
 def test_draining_before_any_table_and_a_stale_mark_from_an_earlier_process() -> None:

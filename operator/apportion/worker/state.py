@@ -92,7 +92,7 @@ class WorkerState:
         plan = plan_worker(self.view, self.me, self.held)
         stop = plan.stop - self.busy
         release = plan.release - self.busy
-        acquire = frozenset() if self.draining else plan.acquire - self.busy
+        acquire = plan.acquire - self.busy
         if not (stop or release or acquire):
             return None
         for unit in stop:
