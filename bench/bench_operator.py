@@ -1,0 +1,416 @@
+"""Operator benchmarks on a dev-cluster (figures, not asserts).
+
+1. Pod gone → new assignment published: a PartitionSet of 96 partitions over bare simulated
+   pods; one owning pod at a time is deleted with grace period 0 and the time until the
+   ConfigMap shows its units on other pods is measured from a watch (goal: p50 <= 1 s).
+2. Live move → acknowledged and re-owned: demo workers (real processes) and an External
+   strategy; each round pins one partition to another pod; measured from the spec patch to the
+   table where the new owner holds it, and from the release being published to that table
+   (the worker's acknowledgement round trip; goal: p50 <= 2 s).
+3. Operator RSS and CPU with 200 pods x 20 sets (10 PartitionSets of 256, 10 ShardSets of 1000
+   with LeastShards, all over the same 200 simulated pods): time and CPU until every set is
+   Balanced, RSS then, idle CPU, and the cost of replacing 10 pods (goal: RSS <= 200 MB).
+
+Run: .venv/bin/python bench/bench_operator.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from lightkube import Client
+from lightkube.resources.core_v1 import ConfigMap, Pod
+
+from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
+from apportion.api.unitset import assignment_config_map
+from apportion.devcluster import DevCluster
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class TableWatch(threading.Thread):
+    """Every version of one set's (single-ConfigMap) assignment, with the time it arrived."""
+
+    def __init__(self, client: Client, namespace: str, kind: str, name: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.namespace = client, namespace
+        self.name = assignment_config_map(kind, name)
+        self.seen: list[tuple[float, AssignmentTable]] = []
+        self.changed = threading.Condition()
+        self.closing = False
+
+    def run(self) -> None:
+        fields = {"metadata.name": self.name}
+        try:
+            for _, cm in self.client.watch(ConfigMap, namespace=self.namespace, fields=fields):
+                self._add(time.time(), cm.to_dict())
+        except Exception:
+            if not self.closing:  # the cluster going away at the end ends the watch
+                raise
+
+    def _add(self, arrived: float, cm: dict[str, Any]) -> None:
+        payload = ConfigMapPayload.from_configmap(cm, self.name)
+        table = decode_assignment([payload])
+        with self.changed:
+            self.seen.append((arrived, table))
+            self.changed.notify_all()
+
+    def wait(
+        self, accept: Callable[[AssignmentTable], bool], after: float, timeout: float = 120
+    ) -> tuple[float, AssignmentTable]:
+        """The first version that arrived after `after` and satisfies `accept`."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                for arrived, table in self.seen:
+                    if arrived >= after and accept(table):
+                        return arrived, table
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no matching table for {self.name}")
+                self.changed.wait(left)
+
+    def latest(self) -> AssignmentTable:
+        return self.wait(lambda t: True, 0.0)[1]
+
+
+class OperatorProcess:
+    def __init__(self, cluster: DevCluster, namespaces: list[str], log: Path) -> None:
+        args = [sys.executable, "-m", "apportion", "operator"]
+        for ns in namespaces:
+            args += ["--namespace", ns]
+        self._out = log.open("w")
+        self.process = subprocess.Popen(
+            args, env=cluster.env, stdout=self._out, stderr=subprocess.STDOUT
+        )
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def memory_mb(self) -> tuple[float, float]:
+        """(current RSS, peak RSS) in MB."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text().splitlines()
+        kb = {line.split(":")[0]: int(line.split()[1]) for line in status if "kB" in line}
+        return kb["VmRSS"] / 1024, kb["VmHWM"] / 1024
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+        self._out.close()
+
+
+def kubectl_apply(cluster: DevCluster, namespace: str, *objects: dict[str, Any]) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(objects))
+
+
+def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.2)
+
+
+def percentiles(samples: list[float]) -> str:
+    ordered = sorted(samples)
+    p50 = statistics.median(ordered)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return f"p50 {p50 * 1000:7.0f} ms   p99 {p99 * 1000:7.0f} ms   (n={len(ordered)})"
+
+
+def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"containers": [{"name": "w", "image": "bench"}]},
+    }
+
+
+def workers(name: str, replicas: int, command: list[str] | None, grace: int) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "worker", "image": "bench"}
+    meta: dict[str, Any] = {"labels": {"app": name}}
+    if command:
+        container["command"] = command
+        meta["annotations"] = {"apportion.dev/simulate": "process"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name},
+        "spec": {
+            "serviceName": name,
+            "replicas": replicas,
+            "podManagementPolicy": "Parallel",
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": meta,
+                "spec": {"terminationGracePeriodSeconds": grace, "containers": [container]},
+            },
+        },
+    }
+
+
+def unit_set(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apportion.dev/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def status_of(cluster: DevCluster, namespace: str, what: str) -> list[dict[str, Any]]:
+    found = cluster.kubectl("get", "-n", namespace, what, "-o", "json")
+    return json.loads(found.stdout)["items"]
+
+
+def all_balanced(cluster: DevCluster, namespace: str, expected: int, members: int) -> bool:
+    sets = status_of(cluster, namespace, "psets") + status_of(cluster, namespace, "ssets")
+    done = 0
+    for obj in sets:
+        status = obj.get("status") or {}
+        balanced = any(
+            c["type"] == "Balanced" and c["status"] == "True" for c in status.get("conditions", [])
+        )
+        done += balanced and status.get("members") == members
+    return done == expected
+
+
+# ------------------------------------------------------------------------------- scenarios
+
+
+WATCHES: list[TableWatch] = []
+
+
+def pod_gone(cluster: DevCluster, client: Client, rounds: int) -> list[float]:
+    ns = "bench-gone"
+    cluster.kubectl("create", "namespace", ns)
+    total = rounds + 4
+    kubectl_apply(cluster, ns, *(pod(f"p-{i}", {"app": "gone"}) for i in range(total)))
+    spec = {
+        "partitions": 96,
+        "selector": {"matchLabels": {"app": "gone"}},
+        "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+    }
+    watch = TableWatch(client, ns, "PartitionSet", "gone")
+    WATCHES.append(watch)
+    watch.start()
+    kubectl_apply(cluster, ns, unit_set("PartitionSet", "gone", spec))
+    watch.wait(lambda t: len({s.owner for s in t.units.values()}) == total, 0)
+    samples = []
+    for i in range(rounds):
+        victim = f"p-{i}"
+        time.sleep(0.3)
+        started = time.time()
+        client.delete(Pod, victim, namespace=ns, grace_period=0)
+        arrived, _ = watch.wait(
+            lambda t, v=victim: all(s.owner != v for s in t.units.values()), started
+        )
+        samples.append(arrived - started)
+    return samples
+
+
+def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, list]:
+    ns = "bench-move"
+    cluster.kubectl("create", "namespace", ns)
+    command = [
+        "apportion",
+        "demo-worker",
+        "--kind",
+        "PartitionSet",
+        "--set",
+        "move",
+        "--port",
+        "8080",
+    ]
+    kubectl_apply(cluster, ns, workers("mw", 3, command, grace=5))
+    wait_until(
+        lambda: (
+            sum(1 for p in client.list(Pod, namespace=ns, labels={"app": "mw"}) if p.status.podIP)
+            == 3
+        ),
+        120,
+        "3 demo workers",
+    )
+    spec = {
+        "partitions": 12,
+        "workloadRef": {"kind": "StatefulSet", "name": "mw"},
+        "strategy": {"name": "External", "external": {"pins": [{"unit": 0, "member": "mw-0"}]}},
+        "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+    }
+    watch = TableWatch(client, ns, "PartitionSet", "move")
+    WATCHES.append(watch)
+    watch.start()
+    kubectl_apply(cluster, ns, unit_set("PartitionSet", "move", spec))
+    watch.wait(
+        lambda t: (
+            t.units["0"].owner == "mw-0"
+            and not t.releasing()
+            and all(s.owner for s in t.units.values())
+        ),
+        0,
+    )
+    whole, handoff = [], []
+    for i in range(rounds):
+        unit = str(i % 12)
+        current = watch.latest().units[unit].owner
+        target = f"mw-{(int(current[-1]) + 1) % 3}"
+        time.sleep(1.2)  # one rebalance interval since the last round
+        started = time.time()
+        patch = {
+            "spec": {"strategy": {"external": {"pins": [{"unit": int(unit), "member": target}]}}}
+        }
+        cluster.kubectl("patch", "-n", ns, "pset", "move", "--type=merge", "-p", json.dumps(patch))
+        released, _ = watch.wait(lambda t, u=unit: u in t.releasing(), started)
+        owned, _ = watch.wait(
+            lambda t, u=unit, m=target: t.units[u].owner == m and u not in t.releasing(),
+            started,
+        )
+        whole.append(owned - started)
+        handoff.append(owned - released)
+    return whole, handoff
+
+
+def scale(cluster: DevCluster, state_dir: Path, quick: bool) -> dict[str, float]:
+    ns = "bench-scale"
+    cluster.kubectl("create", "namespace", ns)
+    pods, per_kind = 200, 10
+    kubectl_apply(cluster, ns, workers("s", pods, None, grace=1))
+    wait_until(
+        lambda: (
+            sum(1 for p in status_of(cluster, ns, "pods") if p["status"].get("phase") == "Running")
+            == pods
+        ),
+        600,
+        "200 running pods",
+    )
+    sets = [
+        unit_set(
+            "PartitionSet",
+            f"p{i}",
+            {
+                "partitions": 256,
+                "selector": {"matchLabels": {"app": "s"}},
+                "rebalance": {"interval": "1s", "handoffTimeout": "2s"},
+            },
+        )
+        for i in range(per_kind)
+    ]
+    sets += [
+        unit_set(
+            "ShardSet",
+            f"s{i}",
+            {
+                "shards": 1000,
+                "selector": {"matchLabels": {"app": "s"}},
+                "strategy": {"name": "LeastShards"},
+                "rebalance": {"interval": "1s", "handoffTimeout": "2s"},
+            },
+        )
+        for i in range(per_kind)
+    ]
+    kubectl_apply(cluster, ns, *sets)
+    operator = OperatorProcess(cluster, [ns], state_dir / "operator-scale.log")
+    figures: dict[str, float] = {}
+    try:
+        started = time.monotonic()
+        wait_until(lambda: all_balanced(cluster, ns, 2 * per_kind, pods), 600, "every set Balanced")
+        figures["settle_s"] = time.monotonic() - started
+        figures["settle_cpu_s"] = operator.cpu_seconds()
+        figures["rss_mb"], _ = operator.memory_mb()
+        # Right after settling, the deletion costs of 200 pods are patched (and their pod
+        # events wake every set once); then nothing changes.
+        before = operator.cpu_seconds()
+        time.sleep(10)
+        figures["after_settle_cpu_s"] = operator.cpu_seconds() - before
+        idle = 10 if quick else 30
+        before = operator.cpu_seconds()
+        time.sleep(idle)
+        figures["idle_cpu_pct"] = 100 * (operator.cpu_seconds() - before) / idle
+        before, started = operator.cpu_seconds(), time.monotonic()
+        victims = [f"s-{i}" for i in range(0, pods, pods // 10)]
+        cluster.kubectl("delete", "pod", "-n", ns, "--wait=false", *victims)
+        time.sleep(3)
+        wait_until(
+            lambda: all_balanced(cluster, ns, 2 * per_kind, pods),
+            600,
+            "every set Balanced after replacing 10 pods",
+        )
+        figures["churn_s"] = time.monotonic() - started
+        figures["churn_cpu_s"] = operator.cpu_seconds() - before
+        figures["rss_after_churn_mb"], figures["peak_rss_mb"] = operator.memory_mb()
+    finally:
+        operator.stop()
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    args = parser.parse_args()
+    rounds = 10 if args.quick else 40
+    with DevCluster.start() as cluster:
+        cluster.kubectl("apply", "-f", str(REPO / "crds"))
+        cluster.kubectl(
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/partitionsets.apportion.dev",
+            "crd/shardsets.apportion.dev",
+        )
+        os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+        client = Client()
+        state = cluster.state_dir
+        operator = OperatorProcess(cluster, ["bench-gone", "bench-move"], state / "operator.log")
+        try:
+            gone = pod_gone(cluster, client, rounds)
+            whole, handoff = live_moves(cluster, client, rounds)
+        finally:
+            operator.stop()
+        figures = scale(cluster, state, args.quick)
+        for watch in WATCHES:
+            watch.closing = True
+
+    print("apportion operator on a dev-cluster (2-core machine)")
+    print(f"  pod gone → new assignment published   {percentiles(gone)}   goal p50 <= 1 s")
+    print(f"  live move: spec change → re-owned      {percentiles(whole)}")
+    print(f"  live move: release → acked, re-owned   {percentiles(handoff)}   goal p50 <= 2 s")
+    print("  200 pods x 20 sets (10 PartitionSets x 256, 10 ShardSets x 1000, LeastShards):")
+    print(
+        f"    every set Balanced after          {figures['settle_s']:7.1f} s "
+        f"({figures['settle_cpu_s']:.1f} CPU s since operator start)"
+    )
+    print(f"    operator RSS when settled         {figures['rss_mb']:7.1f} MB   goal <= 200 MB")
+    print(f"    next 10 s (deletion costs)        {figures['after_settle_cpu_s']:7.1f} CPU s")
+    print(f"    idle CPU                          {figures['idle_cpu_pct']:7.1f} %")
+    print(
+        f"    10 pods replaced → Balanced       {figures['churn_s']:7.1f} s "
+        f"({figures['churn_cpu_s']:.1f} CPU s)"
+    )
+    print(
+        f"    RSS after churn / peak            {figures['rss_after_churn_mb']:7.1f} MB / "
+        f"{figures['peak_rss_mb']:.1f} MB"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
