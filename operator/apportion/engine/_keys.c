@@ -21,7 +21,7 @@
 #define MAX_COUNT 2147483647LL
 #define FNV_OFFSET 0x811C9DC5u
 #define FNV_PRIME 0x01000193u
-#define PREFETCH 8
+#define PREFETCH 16
 /* The per-key path: inlined into each scheme's loop. */
 #define HOT static inline __attribute__((always_inline))
 
