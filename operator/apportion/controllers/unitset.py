@@ -133,6 +133,7 @@ class SetLoop:
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
         self.timed_out: tuple[float, Problem] | None = None
+        self.known_loads: dict[str, float] = {}
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
         self.resync_at = 0.0
@@ -295,10 +296,12 @@ class SetLoop:
         report = await self.writers.metrics.unit_loads(
             self.namespace, self.set_ref.name, [pod.ref for pod in members], spec.metrics
         )
-        problem = None
         if report.unit_loads is None:
-            problem = Problem("MetricsUnavailable", report.message)
-        return report.unit_loads, report.source, problem
+            self.known_loads.clear()
+            return None, report.source, Problem("MetricsUnavailable", report.message)
+        # A unit in hand-off is reported by nobody for a moment; its load did not vanish.
+        self.known_loads.update(report.unit_loads)
+        return dict(self.known_loads), report.source, None
 
     def members(
         self, spec: UnitSetSpec, everyone: Sequence[PodFact]

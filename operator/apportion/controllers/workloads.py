@@ -49,11 +49,13 @@ class WorkloadFact:
         )
 
     def label_selector(self) -> LabelSelector | None:
-        """The workload's pod selector; None if it selects nothing we can evaluate."""
+        """The workload's pod selector; None if we cannot evaluate it, or it is empty (it
+        would select every pod of the namespace)."""
         try:
-            return LabelSelector.model_validate(self.selector)
+            selector = LabelSelector.model_validate(self.selector)
         except ValidationError:
             return None
+        return selector if selector.match_labels or selector.match_expressions else None
 
 
 WorkloadKey = tuple[str, str, str]

@@ -261,10 +261,12 @@ def imbalance(
     eligible = {m.name: m for m in members if m.eligible}
     if not eligible:
         return None
+    # A unit not measured (yet) counts as the mean measured load, as Balanced assumes.
+    default = math.fsum(loads.values()) / len(loads) if loads else 1.0
     totals: Counter[str] = Counter()
     for unit, owner in owners.items():
         if owner in eligible:
-            totals[owner] += 1.0 if loads is None else loads.get(unit, 0.0)
+            totals[owner] += 1.0 if loads is None else loads.get(unit, default)
     whole = sum(totals.values())
     if whole <= 0:
         return None
