@@ -178,7 +178,8 @@ def test_units_of_a_deleted_pod_move_at_once(
 
     # handoffTimeout is 60 s: finishing well within it means nobody waited for a timeout.
     during = wait_for(moved, 20, "dw-1's units moving to the other workers")
-    assert all(during.units[u].owner in {"dw-0", "dw-2", "dw-3"} for u in units)
+    # On another pod — possibly already dw-1's replacement, which can be that quick.
+    assert all(during.member_uids[during.units[u].owner] != victim_uid for u in units)
     evs = events(kubectl, namespace, "demo")
     assert not [e for e in evs if e["reason"] == "HandoffTimedOut"]
     assert {e["reason"] for e in evs} & {"HandoffCompleted", "OwnerGone"}

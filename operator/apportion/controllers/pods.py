@@ -8,10 +8,13 @@ a partial view of the pods (which would look like dead owners).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from lightkube import ApiError, AsyncClient
+from lightkube.resources.core_v1 import Pod
 
 from apportion.api.common import LabelSelector
 from apportion.controllers.metrics import PodRef
@@ -90,9 +93,46 @@ async def pod_changed(namespace: str, **_: Any) -> None:
     await wakeups.notify(namespace)
 
 
-def pods_of(index: Mapping[str, Iterable[PodFact]], namespace: str) -> list[PodFact]:
-    """Every pod of `namespace` that exists and has not terminated."""
-    return [pod for pod in index.get(namespace, ()) if not pod.terminal]
+def pods_of(
+    index: Mapping[str, Iterable[PodFact]],
+    namespace: str,
+    ghosts: AbstractSet[str] = frozenset(),
+) -> list[PodFact]:
+    """Every pod of `namespace` that exists and has not terminated, one per name (the newest
+    incarnation), without the `ghosts` (uids the API server no longer has)."""
+    newest: dict[str, PodFact] = {}
+    for pod in index.get(namespace, ()):
+        if pod.terminal or pod.uid in ghosts:
+            continue
+        other = newest.get(pod.name)
+        if other is None or pod.created > other.created:
+            newest[pod.name] = pod
+    return list(newest.values())
+
+
+async def find_ghosts(client: AsyncClient, namespace: str, facts: Iterable[PodFact]) -> set[str]:
+    """Uids of indexed pods the API server no longer has.
+
+    kopf's indexes learn deletions from watch events only; a watch that restarts (the
+    operator paused for a peer and resumed, or a 410 Gone re-list) re-lists what exists but
+    never hears of what went meanwhile, so those pods would stay in the index and look alive.
+    One LIST finds suspects; a GET by name confirms each (a pod created after the LIST is not
+    one)."""
+    listed = {pod.metadata.uid async for pod in client.list(Pod, namespace=namespace)}
+    ghosts = set()
+    for fact in facts:
+        if fact.uid in listed:
+            continue
+        try:
+            found = await client.get(Pod, fact.name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            ghosts.add(fact.uid)
+            continue
+        if found.metadata.uid != fact.uid:
+            ghosts.add(fact.uid)
+    return ghosts
 
 
 def select(pods: Iterable[PodFact], *selectors: LabelSelector | None) -> list[PodFact]:

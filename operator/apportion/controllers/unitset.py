@@ -28,7 +28,7 @@ from apportion.api.conditions import ConditionType, dump_conditions, set_conditi
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
 from apportion.controllers.metrics import MetricsCollector
-from apportion.controllers.pods import PodFact, pods_of, select
+from apportion.controllers.pods import PodFact, find_ghosts, pods_of, select
 from apportion.controllers.wakeups import wakeups
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
@@ -50,7 +50,8 @@ from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
 
 RESYNC_SECONDS = 300.0
-"""A full pass at least this often, whatever the wake-ups say."""
+"""A full pass at least this often, whatever the wake-ups say, starting with a check of the pod
+index against the API server (`find_ghosts`); the first pass of a daemon does it too."""
 RETRY_SECONDS = 2.0
 """Pause after a failed pass (API unreachable, a write rejected) before trying again."""
 TIMEOUT_REPORT_SECONDS = 60.0
@@ -134,6 +135,7 @@ class SetLoop:
         self.reported: set[str] = set()
         self.timed_out: tuple[float, Problem] | None = None
         self.known_loads: dict[str, float] = {}
+        self.ghosts: set[str] = set()
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
         self.resync_at = 0.0
@@ -159,7 +161,7 @@ class SetLoop:
                     self.fingerprint = None
                     wake_at = time.time() + RETRY_SECONDS
                 now = time.time()
-                timeout = min(RESYNC_SECONDS, max(0.0, (wake_at or now + RESYNC_SECONDS) - now))
+                timeout = min(self.resync_at, wake_at or math.inf) - now
                 if timeout > 0:
                     wake = asyncio.ensure_future(wakeups.wait(self.namespace, seen, timeout))
                     await asyncio.wait({wake, halt}, return_when=asyncio.FIRST_COMPLETED)
@@ -198,6 +200,14 @@ class SetLoop:
     async def reconcile(self) -> float | None:
         """One pass; returns when the next one is due although nothing changes."""
         now = time.time()
+        if now >= self.resync_at:
+            self.resync_at, self.fingerprint = now + RESYNC_SECONDS, None
+            indexed = self.indexes["apportion_pods"].get(self.namespace, ())
+            self.ghosts = await find_ghosts(api(), self.namespace, indexed)
+            if self.ghosts:
+                self.logger.warning(
+                    "Ignoring %d pod(s) the API server no longer has", len(self.ghosts)
+                )
         parsed = self.parse()
         if isinstance(parsed, ValidationError):
             await self.report_invalid(f"spec rejected by the operator: {parsed.errors()[0]['msg']}")
@@ -207,7 +217,7 @@ class SetLoop:
             await self.load(spec)
         assert self.published is not None
 
-        everyone = pods_of(self.indexes["apportion_pods"], self.namespace)
+        everyone = pods_of(self.indexes["apportion_pods"], self.namespace, self.ghosts)
         members, rollout, problem = self.members(spec, everyone)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         ack = self.set_ref.ack_annotation
@@ -243,7 +253,7 @@ class SetLoop:
             metrics_problem,
         )
         due = self.wake_at is not None and now >= self.wake_at
-        if fingerprint == self.fingerprint and not due and now < self.resync_at:
+        if fingerprint == self.fingerprint and not due:
             return self.wake_at
 
         if problem is not None:
@@ -283,8 +293,6 @@ class SetLoop:
             self.wake_at = min(self.wake_at or math.inf, (load_tick + 1) * interval)
         if self.timed_out is not None:
             self.wake_at = min(t for t in (self.wake_at, self.timed_out[0]) if t is not None)
-        if now >= self.resync_at:
-            self.resync_at = now + RESYNC_SECONDS
         return self.wake_at
 
     async def loads(
