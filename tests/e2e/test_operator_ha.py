@@ -2,14 +2,15 @@
 killed with SIGKILL in the middle of a hand-off; the standby takes over, continues from the
 published table and finishes the hand-off under higher epochs, without a second owner.
 
-The workers here are simulated pods that never acknowledge by themselves: the test writes the
-acknowledgements (as the worker library would, `make_ack` on the pod's own annotation) while no
-operator is active, so the hand-off is provably in flight across the failover and can only be
-finished by the standby."""
+Two kinds of workers: simulated pods that never acknowledge by themselves, for which the test
+writes the acknowledgements (as the worker library would, `make_ack` on the pod's own
+annotation) while no operator is active, so the hand-off can only be finished by the standby;
+and demo workers (real processes) whose releases take 20 s, longer than the failover."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,20 +18,28 @@ from unitset_support import (
     Operator,
     apply,
     counts,
+    demo_worker,
     events,
     get,
     is_true,
+    overlaps,
+    ownership_log,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
 
-from apportion.api.assignment import Member
+from apportion.api.assignment import AssignmentTable, Member
 from apportion.engine.handoff import make_ack, owned_units, releasing_units
 
 PEERING = "apportion-ha"
 REPO = Path(__file__).parents[2]
+SPEC = {
+    "partitions": 12,
+    "workloadRef": {"kind": "StatefulSet", "name": "w"},
+    "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+}
 
 
 @pytest.fixture
@@ -45,27 +54,31 @@ def peering_crds(dev_cluster) -> None:
     )
 
 
-def test_standby_finishes_a_hand_off_after_the_active_operator_is_killed(
-    dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path
-) -> None:
-    apply(kubectl, namespace, workers("w", 3, grace=1))
-    wait_for(lambda: len(ready_pods(kubectl, namespace, "app=w")) == 3, 60, "3 worker pods")
-    spec = {
-        "partitions": 12,
-        "workloadRef": {"kind": "StatefulSet", "name": "w"},
-        "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
-    }
-    active = Operator(
-        dev_cluster,
-        namespace,
-        tmp_path / "active.log",
-        peering=PEERING,
-        priority=100,
-        identity="operator-active",
-    )
-    standby = None
-    try:
-        apply(kubectl, namespace, unit_set("PartitionSet", "ha", spec))
+@dataclass
+class Pair:
+    active: Operator
+    standby: Operator
+
+
+@pytest.fixture
+def pair(dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path):
+    """Returns a function: given the workers' StatefulSet, start it, an active operator, the
+    set (Balanced) and a standby operator that joined the peering."""
+    started: list[Operator] = []
+
+    def start(statefulset: dict) -> Pair:
+        apply(kubectl, namespace, statefulset)
+        wait_for(lambda: len(ready_pods(kubectl, namespace, "app=w")) == 3, 60, "3 workers")
+        active = Operator(
+            dev_cluster,
+            namespace,
+            tmp_path / "active.log",
+            peering=PEERING,
+            priority=100,
+            identity="operator-active",
+        )
+        started.append(active)
+        apply(kubectl, namespace, unit_set("PartitionSet", "ha", SPEC))
         wait_for(
             lambda: is_true(get(kubectl, namespace, "pset", "ha"), "Balanced"),
             60,
@@ -79,6 +92,7 @@ def test_standby_finishes_a_hand_off_after_the_active_operator_is_killed(
             priority=50,
             identity="operator-standby",
         )
+        started.append(standby)
 
         def peers() -> dict:
             found = kubectl("get", "-n", namespace, "kopfpeering", PEERING, "-o", "json")
@@ -86,59 +100,99 @@ def test_standby_finishes_a_hand_off_after_the_active_operator_is_killed(
 
         wait_for(lambda: "operator-standby" in peers(), 60, "the standby joining the peering")
         assert peers()["operator-standby"]["priority"] < peers()["operator-active"]["priority"]
+        return Pair(active, standby)
 
-        kubectl("scale", "-n", namespace, "statefulset", "w", "--replicas=4")
+    yield start
+    for operator in started:
+        operator.stop()
 
-        def releasing():
-            table = read_table(kubectl, namespace, "PartitionSet", "ha")
-            return table if table is not None and table.releasing() else None
 
-        in_flight = wait_for(releasing, 60, "a hand-off to the new pod")
-        active.kill()
-        assert len(in_flight.releasing()) == 3
-        assert {r.to for r in in_flight.releasing().values()} == {"w-3"}
+def scale_out_and_kill(pair: Pair, namespace, kubectl, wait_for) -> AssignmentTable:
+    """Scale 3 → 4 and kill the active operator as soon as the releases are published."""
+    kubectl("scale", "-n", namespace, "statefulset", "w", "--replicas=4")
 
-        # The owners acknowledge while no operator runs.
-        pods = {p["metadata"]["name"]: p for p in get(kubectl, namespace, "pods")["items"]}
-        annotation = in_flight.set_ref.ack_annotation
-        for owner in {in_flight.units[u].owner for u in in_flight.releasing()}:
-            me = Member(owner, pods[owner]["metadata"]["uid"])
-            assert releasing_units(in_flight, me)
-            ack = make_ack(in_flight, me).to_annotation()
-            patch = {"metadata": {"annotations": {annotation: ack}}}
-            kubectl("patch", "-n", namespace, "pod", owner, "--type=merge", "-p", json.dumps(patch))
-        still = read_table(kubectl, namespace, "PartitionSet", "ha")
-        assert still.epoch == in_flight.epoch, "nobody may act while no operator is active"
+    def releasing():
+        table = read_table(kubectl, namespace, "PartitionSet", "ha")
+        return table if table is not None and table.releasing() else None
 
-        def finished():
-            table = read_table(kubectl, namespace, "PartitionSet", "ha")
-            return table if table.epoch > in_flight.epoch and not table.releasing() else None
+    in_flight = wait_for(releasing, 60, "a hand-off to the new pod")
+    pair.active.kill()
+    assert len(in_flight.releasing()) == 3
+    assert {r.to for r in in_flight.releasing().values()} == {"w-3"}
+    return in_flight
 
-        done = wait_for(finished, 90, "the standby finishing the hand-off")
-        assert counts(done) == {"w-0": 3, "w-1": 3, "w-2": 3, "w-3": 3}
-        for unit, release in in_flight.releasing().items():
-            state = done.units[unit]
-            assert state.owner == release.to and state.epoch > in_flight.epoch
-        for name, units in done.by_member().items():
-            me = Member(name, done.member_uids[name])
-            assert owned_units(done, me) == frozenset(units), "one owner per unit"
 
-        wait_for(
-            lambda: is_true(get(kubectl, namespace, "pset", "ha"), "Balanced"),
-            60,
-            "Balanced under the standby",
-        )
-        status = get(kubectl, namespace, "pset", "ha")["status"]
-        assert status["epoch"] >= done.epoch and status["movesInProgress"] == 0
-        completed = [
-            e for e in events(kubectl, namespace, "ha") if e["reason"] == "HandoffCompleted"
-        ]
-        assert completed and {e["reportingInstance"] for e in completed} == {"operator-standby"}
-        assert not [e for e in events(kubectl, namespace, "ha") if e["reason"] == "HandoffTimedOut"]
-        before, resumed, after = standby.text().partition("Resuming operations")
-        assert resumed and "Published epoch" not in before, "the standby waited its turn"
-        assert "Published epoch" in after
-    finally:
-        active.stop()
-        if standby is not None:
-            standby.stop()
+def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> AssignmentTable:
+    def finished():
+        table = read_table(kubectl, namespace, "PartitionSet", "ha")
+        return table if table.epoch > in_flight.epoch and not table.releasing() else None
+
+    done = wait_for(finished, 90, "the standby finishing the hand-off")
+    assert counts(done) == {"w-0": 3, "w-1": 3, "w-2": 3, "w-3": 3}
+    for unit, release in in_flight.releasing().items():
+        state = done.units[unit]
+        assert state.owner == release.to and state.epoch > in_flight.epoch
+    for name, units in done.by_member().items():
+        me = Member(name, done.member_uids[name])
+        assert owned_units(done, me) == frozenset(units), "one owner per unit"
+
+    wait_for(
+        lambda: is_true(get(kubectl, namespace, "pset", "ha"), "Balanced"),
+        60,
+        "Balanced under the standby",
+    )
+    status = get(kubectl, namespace, "pset", "ha")["status"]
+    assert status["epoch"] >= done.epoch and status["movesInProgress"] == 0
+    evs = events(kubectl, namespace, "ha")
+    completed = [e for e in evs if e["reason"] == "HandoffCompleted"]
+    assert completed and {e["reportingInstance"] for e in completed} == {"operator-standby"}
+    assert not [e for e in evs if e["reason"] == "HandoffTimedOut"]
+    before, resumed, after = pair.standby.text().partition("Resuming operations")
+    assert resumed and "Published epoch" not in before, "the standby waited its turn"
+    assert "Published epoch" in after
+    return done
+
+
+def test_standby_finishes_a_hand_off_acknowledged_while_no_operator_runs(
+    pair, namespace, kubectl, wait_for
+) -> None:
+    operators = pair(workers("w", 3, grace=1))
+    in_flight = scale_out_and_kill(operators, namespace, kubectl, wait_for)
+
+    pods = {p["metadata"]["name"]: p for p in get(kubectl, namespace, "pods")["items"]}
+    annotation = in_flight.set_ref.ack_annotation
+    for owner in {in_flight.units[u].owner for u in in_flight.releasing()}:
+        me = Member(owner, pods[owner]["metadata"]["uid"])
+        assert releasing_units(in_flight, me)
+        ack = make_ack(in_flight, me).to_annotation()
+        patch = {"metadata": {"annotations": {annotation: ack}}}
+        kubectl("patch", "-n", namespace, "pod", owner, "--type=merge", "-p", json.dumps(patch))
+    still = read_table(kubectl, namespace, "PartitionSet", "ha")
+    assert still.epoch == in_flight.epoch, "nobody may act while no operator is active"
+
+    finished_by_standby(operators, in_flight, namespace, kubectl, wait_for)
+
+
+def test_standby_finishes_a_slow_release_of_demo_workers(
+    pair, dev_cluster, namespace, kubectl, wait_for
+) -> None:
+    command = [*demo_worker("PartitionSet", "ha"), "--release-delay", "20"]
+    operators = pair(workers("w", 3, command=command))
+    in_flight = scale_out_and_kill(operators, namespace, kubectl, wait_for)
+    done = finished_by_standby(operators, in_flight, namespace, kubectl, wait_for)
+
+    pods = [f"w-{i}" for i in range(4)]
+    log = wait_for(
+        lambda: (
+            (log := ownership_log(dev_cluster, namespace, pods, "PartitionSet/ha"))
+            and sum(1 for o in log if o.pod == "w-3" and o.action == "acquire") == 3
+            and log
+        ),
+        30,
+        "w-3 logging its acquisitions",
+    )
+    assert overlaps(log) == []
+    for unit in in_flight.releasing():
+        release = next(o for o in log if o.unit == unit and o.action == "release")
+        acquire = next(o for o in log if o.unit == unit and o.pod == "w-3")
+        assert release.time < acquire.time and acquire.token == done.units[unit].epoch
