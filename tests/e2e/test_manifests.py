@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from unitset_support import workers
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -182,13 +183,18 @@ def test_operator_runs_as_its_service_account_with_peering(
                 namespace,
                 "-f",
                 "-",
-                input=yaml.safe_dump(
-                    {
-                        "apiVersion": "apportion.dev/v1alpha1",
-                        "kind": "PartitionSet",
-                        "metadata": {"name": "rbac"},
-                        "spec": {"partitions": 4, "selector": {"matchLabels": {"app": "w"}}},
-                    }
+                # Worker pods make the operator walk its whole path under its own account:
+                # the assignment ConfigMap, status, Events and pod-deletion-cost patches.
+                input=yaml.safe_dump_all(
+                    [
+                        workers("w", 2),
+                        {
+                            "apiVersion": "apportion.dev/v1alpha1",
+                            "kind": "PartitionSet",
+                            "metadata": {"name": "rbac"},
+                            "spec": {"partitions": 4, "selector": {"matchLabels": {"app": "w"}}},
+                        },
+                    ]
                 ),
             )
             result = dev_cluster.kubectl(
