@@ -52,17 +52,21 @@ class TableWatch(threading.Thread):
 
     def run(self) -> None:
         fields = {"metadata.name": self.name}
-        try:
-            for _, cm in self.client.watch(ConfigMap, namespace=self.namespace, fields=fields):
-                self._add(time.time(), cm.to_dict())
-        except Exception:
-            if not self.closing:  # the cluster going away at the end ends the watch
-                raise
+        while not self.closing:
+            try:
+                for _, cm in self.client.watch(ConfigMap, namespace=self.namespace, fields=fields):
+                    self._add(time.time(), cm.to_dict())
+            except Exception:
+                # The API server ends long watches; a new one starts with the current version,
+                # which `_add` skips when it was seen already.
+                time.sleep(0.05)
 
     def _add(self, arrived: float, cm: dict[str, Any]) -> None:
         payload = ConfigMapPayload.from_configmap(cm, self.name)
         table = decode_assignment([payload])
         with self.changed:
+            if any(seen.epoch == table.epoch for _, seen in self.seen[-8:]):
+                return  # the same version again, from a new watch
             self.seen.append((arrived, table))
             self.changed.notify_all()
 
@@ -82,7 +86,9 @@ class TableWatch(threading.Thread):
                 self.changed.wait(left)
 
     def latest(self) -> AssignmentTable:
-        return self.wait(lambda t: True, 0.0)[1]
+        self.wait(lambda t: True, 0.0)
+        with self.changed:
+            return self.seen[-1][1]
 
 
 class OperatorProcess:
