@@ -62,7 +62,9 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
     def converged():
         obj = get(kubectl, namespace, "sset", "carts")
         found = read_table(kubectl, namespace, "ShardSet", "carts")
-        settled = obj["status"].get("members") == 4 and is_true(obj, "Balanced")
+        status = obj["status"]
+        settled = status.get("members") == status.get("readyMembers") == 4
+        settled = settled and is_true(obj, "Balanced")
         return found if settled and not found.releasing() else None
 
     final = wait_for(converged, 180, "LeastShards converging over 4 workers")

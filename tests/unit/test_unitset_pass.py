@@ -343,3 +343,15 @@ def test_every_membership_settles_balanced_with_one_owner_per_unit(changes) -> N
         assert max(owners.values()) - min(owners.values()) <= 1
         assert len(owners) == len(members) or len(members) > 32
         assert not table.releasing()
+
+
+def test_not_balanced_while_a_member_is_starting() -> None:
+    spec = pset()
+    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    members = [*workers(4), PodView("w-4", "uid-w-4", ready=False)]
+    result = run(spec, table, members)
+    assert result.new_table is not None and not result.kept, "w-4 joins, takes nothing yet"
+    status = unit_set_status(StatusInput(result.new_table, result, members, 1, "cm"))
+    (balanced,) = [c for c in status["conditions"] if c["type"] == "Balanced"]
+    assert (balanced["status"], balanced["reason"]) == ("False", "MembersNotReady")
+    assert balanced["message"] == "waiting for 1 member(s): w-4"

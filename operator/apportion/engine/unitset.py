@@ -463,6 +463,7 @@ def _conditions(
 ) -> list[Condition]:
     result, total = s.result, len(s.table.units)
     plan = result.plan
+    unsettled = [p.name for p in s.pods if not p.ready or p.terminating]
     pending = 0 if plan is None else len(plan.moves)
     blocking = next((p for p in problems if p.reason in _BLOCKING), None)
 
@@ -481,6 +482,11 @@ def _conditions(
         balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
     elif pending or (plan is not None and not plan.metrics.converged):
         balanced = (False, "Rebalancing", f"{pending} move(s) planned")
+    elif unsettled:
+        # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
+        # does not even plan a round then).
+        shown = ", ".join(unsettled[:4]) + (", …" if len(unsettled) > 4 else "")
+        balanced = (False, "MembersNotReady", f"waiting for {len(unsettled)} member(s): {shown}")
     else:
         balanced = (True, "Balanced", f"max/mean {_fmt(result.imbalance)}")
 
