@@ -16,6 +16,8 @@ Fixtures
   wait_for     wait_for(condition, timeout=60.0, message="...") polls `condition()` every 0.2 s
                and returns its first truthy value, or fails the test with `message`.
   crds         (session) apportion's CRDs applied from crds/, Established and serving.
+  operator     (per test) `apportion operator` watching `namespace`, as a process (see
+               unitset_support.Operator); the test fails if it crashed or did not stop cleanly.
 
 Every test under tests/e2e is marked `e2e` (select or deselect with `-m e2e` / `-m "not e2e"`).
 Pods run on simulated nodes sim-node-0..2 (zones zone-a..c) with loopback IPs; annotate a pod
@@ -33,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from unitset_support import Operator
 
 from apportion.devcluster import DevCluster
 from apportion.devcluster.net import http_get
@@ -103,8 +106,11 @@ def crds(dev_cluster: DevCluster) -> None:
     serving lists (Established comes a moment before the storage answers)."""
     dev_cluster.kubectl("apply", "-f", str(HERE.parents[1] / "crds"))
     dev_cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/graintypes.apportion.dev", "crd/partitionsets.apportion.dev",
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/graintypes.apportion.dev",
+        "crd/partitionsets.apportion.dev",
         "crd/shardsets.apportion.dev",
     )
     _wait_for(
@@ -112,3 +118,13 @@ def crds(dev_cluster: DevCluster) -> None:
         timeout=30,
         message="the apportion CRDs never served lists",
     )
+
+
+@pytest.fixture
+def operator(
+    dev_cluster: DevCluster, crds: None, namespace: str, tmp_path: Path
+) -> Iterator[Operator]:
+    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    yield process
+    assert process.stop() == 0, process.text()
+    assert "Traceback" not in process.text(), process.text()

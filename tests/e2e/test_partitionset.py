@@ -9,7 +9,6 @@ from collections import Counter
 
 import pytest
 from unitset_support import (
-    Operator,
     apply,
     condition,
     counts,
@@ -27,14 +26,6 @@ from unitset_support import (
 )
 
 SET = "PartitionSet/demo"
-
-
-@pytest.fixture
-def operator(dev_cluster, crds, namespace, tmp_path):
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    yield process
-    assert process.stop() == 0, process.text()
-    assert "Traceback" not in process.text(), process.text()
 
 
 @pytest.fixture

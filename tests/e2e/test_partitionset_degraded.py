@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from unitset_support import (
-    Operator,
     apply,
     condition,
     counts,
@@ -20,14 +18,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-
-@pytest.fixture
-def operator(dev_cluster, crds, namespace, tmp_path):
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    yield process
-    assert process.stop() == 0, process.text()
-    assert "Traceback" not in process.text(), process.text()
 
 
 def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from unitset_support import (
-    Operator,
     apply,
     counts,
     demo_worker,
@@ -17,14 +16,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-
-@pytest.fixture
-def operator(dev_cluster, crds, namespace, tmp_path):
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    yield process
-    assert process.stop() == 0, process.text()
-    assert "Traceback" not in process.text(), process.text()
 
 
 def test_reported_load_moves_units_off_the_pod_with_the_hot_unit(

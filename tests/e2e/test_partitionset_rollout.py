@@ -8,9 +8,7 @@ import json
 import time
 from datetime import datetime
 
-import pytest
 from unitset_support import (
-    Operator,
     apply,
     condition,
     counts,
@@ -22,14 +20,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-
-@pytest.fixture
-def operator(dev_cluster, crds, namespace, tmp_path):
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    yield process
-    assert process.stop() == 0, process.text()
-    assert "Traceback" not in process.text(), process.text()
 
 
 def _seconds(stamp: str) -> float:

@@ -8,9 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-import pytest
 from unitset_support import (
-    Operator,
     apply,
     counts,
     demo_worker,
@@ -27,14 +25,6 @@ from unitset_support import (
 
 SHARDS = 1000
 LIMIT = 20  # min(10 % of 1000, absoluteLimit 20)
-
-
-@pytest.fixture
-def operator(dev_cluster, crds, namespace, tmp_path):
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
-    yield process
-    assert process.stop() == 0, process.text()
-    assert "Traceback" not in process.text(), process.text()
 
 
 def test_least_shards_rebalances_in_limited_rounds_until_even(
