@@ -215,29 +215,15 @@ def against_optimum() -> None:
     print("\n== Moves against the exact optimum (CP-SAT), 10 small instances ==")
     try:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "unit"))
-        from test_allocation_oracle import fewest_moves, instance
+        from test_allocation_oracle import against_optimum
     except ImportError as exc:
         print(f"skipped: {exc}")
         return
     for tolerance in ("Tight", "Default"):
-        planned = optimum = 0
-        for seed in range(10):
-            loads, owner, n = instance(seed)
-            names = [f"u{j}" for j in range(len(loads))]
-            assignment = {
-                f"m{k}": [names[j] for j in range(len(loads)) if owner[j] == k] for k in range(n)
-            }
-            request = AllocationRequest(
-                None,
-                [Member(f"m{k}") for k in range(n)],
-                assignment,
-                {names[j]: float(x) for j, x in enumerate(loads)},
-            )
-            plan = Balanced.from_options({"tolerance": tolerance}).plan(request)
-            index = {u: j for j, u in enumerate(names)}
-            reached = [sum(loads[index[u]] for u in us) for us in plan.assignment.values()]
-            planned += len(plan.moves)
-            optimum += fewest_moves(loads, owner, n, min(reached), max(reached))
+        spec = {"name": "Balanced", "tolerance": tolerance}
+        results = [against_optimum(spec, seed) for seed in range(10)]
+        planned = sum(moves for moves, _, _ in results)
+        optimum = sum(best for _, _, best in results)
         ratio = planned / optimum
         print(
             f"tolerance {tolerance:<8} Balanced {planned} moves, optimum {optimum}: {ratio:.3f} x"
