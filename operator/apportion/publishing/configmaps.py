@@ -40,6 +40,25 @@ class PublishConflict(Exception):
     """The root ConfigMap is not the version this store last read: reload, decide again."""
 
 
+async def write_conditionally(client: AsyncClient, body: ConfigMap, version: str | None) -> str:
+    """Create `body` when `version` is None (it did not exist when read), else replace it only if
+    it is still at `version`; returns the version written. Raises PublishConflict when someone
+    else created, changed or deleted it in between, so a newer decision is never overwritten."""
+    try:
+        if version is None:
+            written = await client.create(body)
+        else:
+            body.metadata.resourceVersion = version
+            written = await client.replace(body)
+    except ApiError as error:
+        if error.status.code in (404, 409):
+            raise PublishConflict(
+                f"ConfigMap {body.metadata.name} changed since it was read ({error.status.reason})"
+            ) from error
+        raise
+    return written.metadata.resourceVersion
+
+
 def owner_reference(set_ref: SetRef) -> dict[str, Any]:
     """The set as controller of its ConfigMaps, so garbage collection and GitOps tools treat
     them as its children."""
@@ -102,20 +121,9 @@ class AssignmentStore:
         root, *chunks = encode_assignment(table)
         for chunk in chunks:
             await self._put_chunk(chunk)
-        body = self._body(root, "root")
-        try:
-            if self._version is None:
-                written = await self.client.create(body)
-            else:
-                body.metadata.resourceVersion = self._version
-                written = await self.client.replace(body)
-        except ApiError as error:
-            if error.status.code in (404, 409):
-                raise PublishConflict(
-                    f"ConfigMap {self.name} changed since it was read ({error.status.reason})"
-                ) from error
-            raise
-        self._version = written.metadata.resourceVersion
+        self._version = await write_conditionally(
+            self.client, self._body(root, "root"), self._version
+        )
         stale = set(self._chunks) - {c.suffix for c in chunks}
         self._chunks = tuple(c.suffix for c in chunks)
         for suffix in stale:

@@ -17,7 +17,7 @@ from apportion.api.placement_table import (
     from_configmap,
     to_configmap,
 )
-from apportion.publishing.configmaps import PublishConflict
+from apportion.publishing.configmaps import write_conditionally
 
 logger = logging.getLogger(__name__)
 
@@ -35,8 +35,7 @@ class PlacementTableStore:
         self.namespace = namespace
         self.graintype = graintype
         self.name = configmap_name(graintype)
-        self._version: str | None = None
-        self._exists = False
+        self._version: str | None = None  # None: no ConfigMap when last read
 
     async def load(self) -> PlacementTableDocument | None:
         """The published table, or None when there is none (or it cannot be read: the next
@@ -46,9 +45,9 @@ class PlacementTableStore:
         except ApiError as error:
             if error.status.code != 404:
                 raise
-            self._version, self._exists = None, False
+            self._version = None
             return None
-        self._version, self._exists = found.metadata.resourceVersion, True
+        self._version = found.metadata.resourceVersion
         try:
             return from_configmap(found.to_dict())
         except PlacementTableFormatError as error:
@@ -57,17 +56,5 @@ class PlacementTableStore:
 
     async def write(self, doc: PlacementTableDocument) -> None:
         body = ConfigMap.from_dict(to_configmap(doc))
-        try:
-            if not self._exists:
-                written = await self.client.create(body)
-            else:
-                body.metadata.resourceVersion = self._version
-                written = await self.client.replace(body)
-        except ApiError as error:
-            if error.status.code in (404, 409):
-                raise PublishConflict(
-                    f"ConfigMap {self.name} changed since it was read ({error.status.reason})"
-                ) from error
-            raise
+        self._version = await write_conditionally(self.client, body, self._version)
         WRITES[self.namespace, self.graintype] += 1
-        self._version, self._exists = written.metadata.resourceVersion, True
