@@ -14,6 +14,7 @@ from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap
 
+from apportion import listwatch
 from apportion.api.assignment import (
     AssignmentTable,
     Member,
@@ -21,7 +22,6 @@ from apportion.api.assignment import (
     UnitState,
     encode_assignment,
 )
-from apportion.worker import watch as watch_module
 from apportion.worker.watch import AssignmentWatch
 
 NAME = "orders-partitionset-assignment"
@@ -123,7 +123,7 @@ async def follow(client: ScriptedClient, until: int) -> tuple[list[int], Assignm
 
 @pytest.fixture(autouse=True)
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watch_module, "RETRY_MIN", 0.01)
+    monkeypatch.setattr(listwatch, "RETRY_MIN", 0.01)
 
 
 async def test_gone_lists_again_and_watches_from_the_new_list() -> None:

@@ -1,15 +1,15 @@
-"""Keeps a `PlacementDirector` current from the API server: list the namespace's placement-table
-ConfigMaps, then watch them from that list's resourceVersion; on any error (410 Gone included)
-list again, so tables deleted while the watch was down are dropped too."""
+"""Keeps a `PlacementDirector` current from the API server through the shared list-then-watch
+loop (`apportion.listwatch`) over the namespace's placement-table ConfigMaps; a relist after an
+error also drops tables deleted while the watch was down."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import ConfigMap
 
 from apportion.api.placement_table import (
     GRAIN_TYPE_ANNOTATION,
@@ -17,16 +17,14 @@ from apportion.api.placement_table import (
     PlacementTableFormatError,
     from_configmap,
 )
-from apportion.grains.director import PlacementDirector
+from apportion.listwatch import ConfigMapListWatch
+
+if TYPE_CHECKING:  # the director starts its watch: a runtime import would be a cycle
+    from apportion.grains.director import PlacementDirector
 
 logger = logging.getLogger(__name__)
 
 _SELECTOR = {TABLE_LABEL: "true"}
-_RETRY_MAX = 10.0
-
-
-def _raw(configmap: Any) -> dict[str, Any]:
-    return configmap.to_dict() if hasattr(configmap, "to_dict") else dict(configmap)
 
 
 def _owner(raw: dict[str, Any]) -> str | None:
@@ -52,14 +50,24 @@ class TableWatch:
         self.director = director
         self.namespace = namespace
         self.client = client
-        self.synced = asyncio.Event()
+        self._loop = ConfigMapListWatch(
+            client,
+            namespace,
+            on_list=self._on_list,
+            on_event=self._on_event,
+            labels=_SELECTOR,
+            what="placement tables",
+        )
+        self.synced = self._loop.synced
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         director.on_change(self._changed.set)
 
     async def start(self, timeout: float | None = 30.0) -> None:
         """Start watching; return once the first list has been applied."""
-        self._task = asyncio.create_task(self._run(), name=f"placement-tables/{self.namespace}")
+        self._task = asyncio.create_task(
+            self._loop.run(), name=f"placement-tables/{self.namespace}"
+        )
         waiter = asyncio.create_task(self.synced.wait())
         done, _ = await asyncio.wait(
             {waiter, self._task}, timeout=timeout, return_when="FIRST_COMPLETED"
@@ -91,41 +99,14 @@ class TableWatch:
 
         return await asyncio.wait_for(table_version(), timeout)
 
-    async def _run(self) -> None:
-        delay = 0.5
-        while True:
-            try:
-                version = await self._relist()
-                self.synced.set()
-                delay = 0.5
-                async for event, configmap in self.client.watch(
-                    ConfigMap,
-                    namespace=self.namespace,
-                    labels=_SELECTOR,
-                    resource_version=version,
-                ):
-                    raw = _raw(configmap)
-                    if event == "DELETED":
-                        owner = _owner(raw)
-                        if owner is not None:
-                            self.director.remove(owner)
-                    else:
-                        _apply(self.director, raw)
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # any failure: list again after a pause
-                logger.warning(
-                    "placement-table watch in %r failed (%s); relisting", self.namespace, error
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, _RETRY_MAX)
+    async def _on_list(self, configmaps: Sequence[dict[str, Any]]) -> None:
+        present = {_apply(self.director, raw) for raw in configmaps}
+        self.director.retain({owner for owner in present if owner is not None})
 
-    async def _relist(self) -> str | None:
-        listing = self.client.list(ConfigMap, namespace=self.namespace, labels=_SELECTOR)
-        present: set[str] = set()
-        async for configmap in listing:
-            owner = _apply(self.director, _raw(configmap))
+    async def _on_event(self, event: str, raw: dict[str, Any]) -> None:
+        if event == "DELETED":
+            owner = _owner(raw)
             if owner is not None:
-                present.add(owner)
-        self.director.retain(present)
-        return listing.resourceVersion
+                self.director.remove(owner)
+        else:
+            _apply(self.director, raw)
