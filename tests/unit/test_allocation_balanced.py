@@ -11,7 +11,7 @@ import pytest
 from apportion.engine.allocation import (
     AllocationRequest,
     Balanced,
-    BalancedOptions,
+    BalancedParameters,
     Member,
     Plan,
     make_strategy,
@@ -77,18 +77,20 @@ def test_initial_allocation_spreads_new_units() -> None:
 def test_move_budget_takes_from_the_fullest_first() -> None:
     old = fleet(4)
     assignment = {"m000": UNITS[:10], "m001": UNITS[10:16], "m002": UNITS[16:20], "m003": []}
-    plan = Balanced(BalancedOptions(max_moves=3)).plan(AllocationRequest(None, old, assignment))
+    plan = Balanced(BalancedParameters(max_moves=3)).plan(AllocationRequest(None, old, assignment))
     assert plan.metrics.moves == 3
     assert [m.source for m in plan.moves] == ["m000", "m000", "m000"]
     assert {m.target for m in plan.moves} == {"m003"}
     assert not plan.metrics.converged and plan.metrics.rounds is None
     assert "budget" in plan.metrics.reasons[0]
     # Units of a leaving member move regardless of the budget.
-    forced = Balanced(BalancedOptions(max_moves=0)).plan(
+    forced = Balanced(BalancedParameters(max_moves=0)).plan(
         AllocationRequest(None, old[:3], assignment)
     )
     assert forced.metrics.moves == 0
-    gone = Balanced(BalancedOptions(max_moves=0)).plan(AllocationRequest(None, old[1:], assignment))
+    gone = Balanced(BalancedParameters(max_moves=0)).plan(
+        AllocationRequest(None, old[1:], assignment)
+    )
     assert gone.metrics.moves == 10
 
 
@@ -165,7 +167,7 @@ def test_max_skew_over_zones() -> None:
     ]
     plain = Balanced().plan(AllocationRequest(UNITS[:90], members, {}))
     assert sizes(plain) == [30, 30, 30]
-    spread = Balanced(BalancedOptions(topology_key="zone", max_skew=2)).plan(
+    spread = Balanced(BalancedParameters(topology_key="zone", max_skew=2)).plan(
         AllocationRequest(UNITS[:90], members, {})
     )
     zone_a = len(spread.assignment["a1"]) + len(spread.assignment["a2"])
@@ -253,7 +255,7 @@ def test_scale_out_with_loads_fills_the_new_member() -> None:
 
 def test_churn_budget_limits_optional_moves() -> None:
     members, assignment, loads = zipf_fleet(10, 500, seed=1, exponent=0.5)
-    plan = Balanced(BalancedOptions(max_moves=2)).plan(
+    plan = Balanced(BalancedParameters(max_moves=2)).plan(
         AllocationRequest(None, members, assignment, loads)
     )
     assert plan.metrics.moves <= 2
@@ -263,7 +265,7 @@ def test_churn_budget_limits_optional_moves() -> None:
 
 def test_moved_load_budget() -> None:
     members, assignment, loads = zipf_fleet(10, 500, seed=2, exponent=0.5)
-    plan = Balanced(BalancedOptions(max_moved_load_percent=1.0)).plan(
+    plan = Balanced(BalancedParameters(max_moved_load_percent=1.0)).plan(
         AllocationRequest(None, members, assignment, loads)
     )
     assert plan.metrics.moved_load is not None

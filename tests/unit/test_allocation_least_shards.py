@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from apportion.engine.allocation import (
     AllocationRequest,
     LeastShards,
-    LeastShardsOptions,
+    LeastShardsParameters,
     Member,
     Plan,
 )
@@ -22,7 +22,7 @@ from apportion.engine.allocation.least_shards import _Allocator
 from apportion.engine.allocation.state import index_request
 
 SHARDS = [f"{n:03d}" for n in range(1, 1000)]
-UNLIMITED = LeastShards(LeastShardsOptions(absolute_limit=1000, relative_limit=1.0))
+UNLIMITED = LeastShards(LeastShardsParameters(absolute_limit=1000, relative_limit=1.0))
 
 
 def members(names: str = "ABC", **versions: str) -> list[Member]:
@@ -121,14 +121,14 @@ def test_rebalance_50_50_0_in_two_rounds() -> None:
 
 
 def test_respect_absolute_limit() -> None:
-    strategy = LeastShards(LeastShardsOptions(absolute_limit=3, relative_limit=1.0))
+    strategy = LeastShards(LeastShardsParameters(absolute_limit=3, relative_limit=1.0))
     plan = round_of(strategy, create_allocations(1, 9))
     assert moved(plan) == {"002", "003", "004"}
     assert counts(plan) == [2, 6, 2]
 
 
 def test_respect_relative_limit() -> None:
-    strategy = LeastShards(LeastShardsOptions(absolute_limit=5, relative_limit=0.3))
+    strategy = LeastShards(LeastShardsParameters(absolute_limit=5, relative_limit=0.3))
     plan = round_of(strategy, create_allocations(1, 9))
     assert moved(plan) == {"002", "003", "004"}
     assert counts(plan) == [2, 6, 2]
@@ -180,7 +180,7 @@ def test_not_rebalance_when_regions_are_unreachable() -> None:
 
 
 def test_prefer_to_rebalance_from_more_unbalanced_regions() -> None:
-    strategy = LeastShards(LeastShardsOptions(absolute_limit=1, relative_limit=1.0))
+    strategy = LeastShards(LeastShardsParameters(absolute_limit=1, relative_limit=1.0))
     allocations = {"A": [], "B": SHARDS[0:1], "C": SHARDS[1:4], "D": SHARDS[4:8]}
     first = round_of(strategy, allocations)
     assert moved(first) == {"005"}
@@ -198,7 +198,7 @@ def test_prefer_to_rebalance_from_more_unbalanced_regions() -> None:
 
 
 def test_rebalance_from_the_most_unbalanced_region_first() -> None:
-    strategy = LeastShards(LeastShardsOptions(absolute_limit=1, relative_limit=1.0))
+    strategy = LeastShards(LeastShardsParameters(absolute_limit=1, relative_limit=1.0))
     allocations = {
         "A": [],
         "B": SHARDS[0:1],
@@ -214,7 +214,7 @@ def test_rebalance_from_the_most_unbalanced_region_first() -> None:
 
 
 def test_take_several_from_the_most_unbalanced_region_under_a_tight_limit() -> None:
-    strategy = LeastShards(LeastShardsOptions(absolute_limit=3, relative_limit=1.0))
+    strategy = LeastShards(LeastShardsParameters(absolute_limit=3, relative_limit=1.0))
     allocations = {"A": [], "B": [], "C": SHARDS[0:3], "D": SHARDS[3:8]}
     plan = round_of(strategy, allocations)
     assert moved(plan) == {"004", "005", "006"}

@@ -12,7 +12,7 @@ from apportion.engine.allocation import (
     AllocationRequest,
     Balanced,
     ConsistentHashing,
-    ConsistentHashingOptions,
+    ConsistentHashingParameters,
     External,
     LeastShards,
     Member,
@@ -62,7 +62,7 @@ def test_removing_a_member_moves_only_its_units() -> None:
 def test_rebalance_limit_defers_the_rest() -> None:
     members = fleet(10)
     first = ConsistentHashing().plan(AllocationRequest(UNITS, members, {}))
-    limited = ConsistentHashing(ConsistentHashingOptions(rebalance_limit=5))
+    limited = ConsistentHashing(ConsistentHashingParameters(rebalance_limit=5))
     second = limited.plan(
         AllocationRequest(None, [*members, Member("m10")], dict(first.assignment))
     )
@@ -84,7 +84,7 @@ def test_more_virtual_nodes_spread_better() -> None:
     members = fleet(20)
     spread = {}
     for vnodes in (10, 100):
-        plan = ConsistentHashing(ConsistentHashingOptions(virtual_nodes=vnodes)).plan(
+        plan = ConsistentHashing(ConsistentHashingParameters(virtual_nodes=vnodes)).plan(
             AllocationRequest(UNITS, members, {})
         )
         spread[vnodes] = plan.metrics.max_mean_after

@@ -16,8 +16,17 @@ from apportion.api.common import LabelSelector
 from apportion.api.unitset import assignment_config_map
 from apportion.controllers.pods import PodFact, find_ghosts, pods_of, select
 from apportion.controllers.workloads import WorkloadFact, rollout_of
-from apportion.engine.allocation import make_strategy
-from apportion.engine.allocation.from_spec import move_budget, strategy_spec
+from apportion.engine.allocation import (
+    Balanced,
+    BalancedParameters,
+    ConsistentHashing,
+    ConsistentHashingParameters,
+    External,
+    LeastShards,
+    LeastShardsParameters,
+    from_spec,
+)
+from apportion.engine.allocation.from_spec import move_budget, strategy_for
 from apportion.engine.unitset import (
     NEW_REVISION,
     OLD_REVISION,
@@ -177,37 +186,33 @@ def test_balanced_translation() -> None:
         rebalance={"imbalanceTolerance": "5%", "maxMovesPerRound": "10%"},
         topologySpread={"topologyKey": "topology.kubernetes.io/zone", "maxSkew": 2},
     )
-    assert strategy_spec(spec) == {
-        "name": "Balanced",
-        "tolerance": 0.05,
-        "maxMoves": 10,
-        "maxMovedLoadPercent": 10.0,
-        "topologyKey": "topology.kubernetes.io/zone",
-        "maxSkew": 2,
-    }
-    assert strategy_spec(spec, budget=0)["maxMoves"] == 0
-    make_strategy(strategy_spec(spec))
+    strategy = strategy_for(spec)
+    assert isinstance(strategy, Balanced)
+    assert strategy.options == BalancedParameters(
+        tolerance=0.05,
+        max_moves=10,
+        max_moved_load_percent=10.0,
+        topology_key="topology.kubernetes.io/zone",
+        max_skew=2,
+    )
+    assert strategy_for(spec, budget=0).options.max_moves == 0
 
 
 def test_least_shards_percent_becomes_a_fraction() -> None:
     spec = spec_of(
         ShardSet, strategy={"name": "LeastShards", "leastShards": {"relativeLimitPercent": 5}}
     )
-    assert strategy_spec(spec) == {
-        "name": "LeastShards",
-        "absoluteLimit": 20,
-        "relativeLimit": 0.05,
-    }
-    assert make_strategy(strategy_spec(spec)).limit(1000) == 20
+    strategy = strategy_for(spec)
+    assert isinstance(strategy, LeastShards)
+    assert strategy.options == LeastShardsParameters(absolute_limit=20, relative_limit=0.05)
+    assert strategy.limit(1000) == 20
 
 
 def test_consistent_hashing_and_external_with_its_fallback_options() -> None:
     hashing = spec_of(ShardSet, strategy={"name": "ConsistentHashing"})
-    assert strategy_spec(hashing) == {
-        "name": "ConsistentHashing",
-        "virtualNodes": 10,
-        "rebalanceLimit": 0,
-    }
+    ring = strategy_for(hashing)
+    assert isinstance(ring, ConsistentHashing)
+    assert ring.options == ConsistentHashingParameters(virtual_nodes=10, rebalance_limit=0)
     external = spec_of(
         ShardSet,
         strategy={
@@ -216,20 +221,21 @@ def test_consistent_hashing_and_external_with_its_fallback_options() -> None:
             "leastShards": {"absoluteLimit": 5},
         },
     )
-    assert strategy_spec(external) == {
-        "name": "External",
-        "pins": {"7": "w-0"},
-        "fallback": {"name": "LeastShards", "absoluteLimit": 5, "relativeLimit": 0.1},
-    }
-    make_strategy(strategy_spec(external))
+    pinned = strategy_for(external)
+    assert isinstance(pinned, External) and pinned.pins == {"7": "w-0"}
+    assert isinstance(pinned.fallback, LeastShards)
+    assert pinned.fallback.options == LeastShardsParameters(absolute_limit=5, relative_limit=0.1)
 
 
-def test_custom_strategy_by_entry_point() -> None:
+def test_custom_strategy_by_entry_point(monkeypatch: pytest.MonkeyPatch) -> None:
     spec = spec_of(
         ShardSet,
         strategy={"name": "Custom", "custom": {"entryPoint": "mine", "parameters": {"k": "v"}}},
     )
-    assert strategy_spec(spec) == {"name": "mine", "k": "v"}
+    asked: list[Any] = []
+    monkeypatch.setattr(from_spec, "make_strategy", lambda mapping: asked.append(mapping))
+    strategy_for(spec)
+    assert asked == [{"name": "mine", "k": "v"}]
 
 
 @pytest.mark.parametrize(

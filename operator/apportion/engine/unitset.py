@@ -32,9 +32,8 @@ from apportion.engine.allocation import (
     Member,
     Move,
     Plan,
-    make_strategy,
 )
-from apportion.engine.allocation.from_spec import move_budget, strategy_spec
+from apportion.engine.allocation.from_spec import move_budget, strategy_for
 from apportion.engine.handoff import HandoffDecision, LivePod, step
 
 NEW_REVISION = "1"
@@ -309,7 +308,7 @@ def plan_pass(inp: PassInput) -> PassResult:
 
     request = allocation_request(published, members, owners, moving, inp.loads)
     try:
-        plan = make_strategy(strategy_spec(spec, budget=round_budget)).plan(request)
+        plan = strategy_for(spec, budget=round_budget).plan(request)
     except AllocationError as error:
         problems.insert(0, Problem("InvalidStrategy", str(error)))
         return PassResult(decision=None, problems=tuple(problems))

@@ -6,14 +6,10 @@ Strategies are pure: ``make_strategy(spec).plan(request) -> Plan``. Built in: ``
 custom ones come from the ``apportion.allocation_strategies`` entry-point group.
 """
 
-from apportion.engine.allocation.balanced import TOLERANCES, Balanced, BalancedOptions
-from apportion.engine.allocation.consistent_hashing import (
-    ConsistentHashing,
-    ConsistentHashingOptions,
-    Ring,
-)
+from apportion.engine.allocation.balanced import Balanced
+from apportion.engine.allocation.consistent_hashing import ConsistentHashing, Ring
 from apportion.engine.allocation.external import External
-from apportion.engine.allocation.least_shards import LeastShards, LeastShardsOptions
+from apportion.engine.allocation.least_shards import LeastShards
 from apportion.engine.allocation.model import (
     AllocationError,
     AllocationRequest,
@@ -23,6 +19,12 @@ from apportion.engine.allocation.model import (
     Move,
     Plan,
     PlanMetrics,
+)
+from apportion.engine.allocation.parameters import (
+    TOLERANCES,
+    BalancedParameters,
+    ConsistentHashingParameters,
+    LeastShardsParameters,
 )
 from apportion.engine.allocation.registry import (
     BUILTIN,
@@ -41,13 +43,13 @@ __all__ = [
     "AllocationRequest",
     "AllocationStrategy",
     "Balanced",
-    "BalancedOptions",
+    "BalancedParameters",
     "ConsistentHashing",
-    "ConsistentHashingOptions",
+    "ConsistentHashingParameters",
     "External",
     "HotUnit",
     "LeastShards",
-    "LeastShardsOptions",
+    "LeastShardsParameters",
     "Member",
     "Move",
     "Plan",

@@ -10,45 +10,23 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from apportion.engine.allocation.balanced_loads import plan_loads
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
+from apportion.engine.allocation.parameters import TOLERANCES, BalancedParameters
 from apportion.engine.allocation.state import (
     Origin,
     PlanBuilder,
     State,
     count_lower_bound,
     count_ratio,
+    domains_of,
     hamilton_quotas,
     index_request,
     target_members,
 )
-
-TOLERANCES: Mapping[str, float] = {"Tight": 0.025, "Default": 0.10, "Loose": 0.40}
-"""Dicer's imbalance tolerance presets."""
-
-
-@dataclass(frozen=True, slots=True)
-class BalancedOptions:
-    """``tolerance``: no rebalancing while every member's load is within this fraction of the
-    mean; ``hysteresis``: when acting, aim at ``tolerance x hysteresis`` so that measurement
-    noise does not bring the next plan straight back; ``max_moves`` / ``max_moved_load_percent``:
-    churn budget per plan for optional moves (units of gone, not-ready or draining members move
-    regardless); ``topology_key`` + ``max_skew``: unit counts per domain (e.g. zone) differ by at
-    most ``max_skew``."""
-
-    tolerance: float = TOLERANCES["Default"]
-    hysteresis: float = 0.2
-    max_moves: int | None = None
-    max_moved_load_percent: float | None = None
-    topology_key: str | None = None
-    max_skew: int = 1
-
-    @property
-    def aim(self) -> float:
-        return self.tolerance * self.hysteresis
 
 
 def _tolerance(options: Options) -> float:
@@ -76,13 +54,13 @@ class Balanced:
 
     name = "Balanced"
 
-    def __init__(self, options: BalancedOptions | None = None) -> None:
-        self.options = options or BalancedOptions()
+    def __init__(self, options: BalancedParameters | None = None) -> None:
+        self.options = options or BalancedParameters()
 
     @classmethod
     def from_options(cls, spec: Mapping[str, Any]) -> Balanced:
         o = Options(cls.name, spec)
-        options = BalancedOptions(
+        options = BalancedParameters(
             tolerance=_tolerance(o),
             hysteresis=o.number("hysteresis", 0.2, 0.0, 1.0) or 0.0,
             max_moves=o.integer("maxMoves", None),
@@ -96,17 +74,8 @@ class Balanced:
     def plan(self, request: AllocationRequest) -> Plan:
         state = index_request(request)
         if request.loads is not None:
-            from apportion.engine.allocation.balanced_loads import plan_loads
-
             return plan_loads(state, self.options)
         return plan_counts(state, self.options)
-
-
-def domains_of(state: State, targets: Sequence[int], key: str | None) -> list[str] | None:
-    """Each target's topology domain (label value, "" when unlabelled), or None without a key."""
-    if key is None:
-        return None
-    return [state.members[i].labels.get(key, "") for i in targets]
 
 
 def spread_quotas(
@@ -143,7 +112,7 @@ def spread_quotas(
     return quotas
 
 
-def plan_counts(state: State, options: BalancedOptions) -> Plan:
+def plan_counts(state: State, options: BalancedParameters) -> Plan:
     """Counts to their quotas with the fewest moves (module docstring)."""
     members = state.members
     builder = PlanBuilder(state)

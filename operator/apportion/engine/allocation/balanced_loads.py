@@ -26,13 +26,14 @@ from itertools import chain
 
 import numpy as np
 
-from apportion.engine.allocation.balanced import BalancedOptions, domains_of
 from apportion.engine.allocation.model import HotUnit, Plan, PlanMetrics
+from apportion.engine.allocation.parameters import BalancedParameters
 from apportion.engine.allocation.state import (
     Origin,
     PlanBuilder,
     State,
     count_ratio,
+    domains_of,
     target_members,
 )
 
@@ -160,7 +161,7 @@ class _LazyHeap:
 
 
 class _Planner:
-    def __init__(self, state: State, options: BalancedOptions) -> None:
+    def __init__(self, state: State, options: BalancedParameters) -> None:
         self.state = state
         self.options = options
         self.builder = PlanBuilder(state)
@@ -704,7 +705,7 @@ class _Planner:
         return HotUnit(unit, self.state.members[host].name, x, floor, split)
 
 
-def plan_loads(state: State, options: BalancedOptions) -> Plan:
+def plan_loads(state: State, options: BalancedParameters) -> Plan:
     """Plans ``state`` by load (module docstring)."""
     planner = _Planner(state, options)
     before_counts = [state.count(i) for i in range(len(state.members))]

@@ -13,13 +13,13 @@ nothing. With 100 virtual nodes and no limit this is also Dapr's actor placement
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
+from apportion.engine.allocation.parameters import ConsistentHashingParameters
 from apportion.engine.allocation.state import (
     PlanBuilder,
     State,
@@ -29,12 +29,6 @@ from apportion.engine.allocation.state import (
     target_members,
 )
 from apportion.engine.keys import xxh3_hashes
-
-
-@dataclass(frozen=True, slots=True)
-class ConsistentHashingOptions:
-    virtual_nodes: int = 10
-    rebalance_limit: int = 0
 
 
 class Ring:
@@ -60,13 +54,13 @@ class ConsistentHashing:
 
     name = "ConsistentHashing"
 
-    def __init__(self, options: ConsistentHashingOptions | None = None) -> None:
-        self.options = options or ConsistentHashingOptions()
+    def __init__(self, options: ConsistentHashingParameters | None = None) -> None:
+        self.options = options or ConsistentHashingParameters()
 
     @classmethod
     def from_options(cls, spec: Mapping[str, Any]) -> ConsistentHashing:
         o = Options(cls.name, spec)
-        options = ConsistentHashingOptions(
+        options = ConsistentHashingParameters(
             virtual_nodes=o.integer("virtualNodes", 10, minimum=1) or 10,
             rebalance_limit=o.integer("rebalanceLimit", 0) or 0,
         )

@@ -10,7 +10,7 @@ pinned, so pinned units do not count toward its balance.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from apportion.engine.allocation.model import (
@@ -38,9 +38,13 @@ class External:
         self.fallback = fallback
 
     @classmethod
-    def from_options(cls, spec: Mapping[str, Any]) -> External:
-        from apportion.engine.allocation.registry import make_strategy
-
+    def from_options(
+        cls,
+        spec: Mapping[str, Any],
+        make_fallback: Callable[[Mapping[str, Any]], AllocationStrategy],
+    ) -> External:
+        """`make_fallback` builds the fallback from its mapping (the registry's `make_strategy`,
+        passed in so that this module does not import the registry that lists it)."""
         o = Options(cls.name, spec)
         raw = o.raw("pins")
         pins: dict[str, str] = {}
@@ -62,7 +66,7 @@ class External:
         if fallback_spec.get("name") == cls.name:
             raise o.error("the fallback cannot be External itself")
         o.done()
-        return cls(pins, make_strategy(fallback_spec))
+        return cls(pins, make_fallback(fallback_spec))
 
     def plan(self, request: AllocationRequest) -> Plan:
         state = index_request(request)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
+from apportion.engine.allocation.parameters import LeastShardsParameters
 from apportion.engine.allocation.state import (
     Origin,
     PlanBuilder,
@@ -32,15 +32,6 @@ from apportion.engine.allocation.state import (
     target_members,
     version_key,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LeastShardsOptions:
-    """Akka's ``rebalance-absolute-limit`` (default 20, Akka.NET's and Akka's recommendation)
-    and ``rebalance-relative-limit`` (default 0.1)."""
-
-    absolute_limit: int = 20
-    relative_limit: float = 0.1
 
 
 class _Allocator:
@@ -76,13 +67,13 @@ class LeastShards:
 
     name = "LeastShards"
 
-    def __init__(self, options: LeastShardsOptions | None = None) -> None:
-        self.options = options or LeastShardsOptions()
+    def __init__(self, options: LeastShardsParameters | None = None) -> None:
+        self.options = options or LeastShardsParameters()
 
     @classmethod
     def from_options(cls, spec: Mapping[str, Any]) -> LeastShards:
         o = Options(cls.name, spec)
-        options = LeastShardsOptions(
+        options = LeastShardsParameters(
             absolute_limit=o.integer("absoluteLimit", 20) or 0,
             relative_limit=o.number("relativeLimit", 0.1, 0.0, 1.0) or 0.0,
         )

@@ -30,7 +30,7 @@ BUILTIN: Final[Mapping[str, Callable[[Mapping[str, Any]], AllocationStrategy]]] 
     "Balanced": Balanced.from_options,
     "LeastShards": LeastShards.from_options,
     "ConsistentHashing": ConsistentHashing.from_options,
-    "External": External.from_options,
+    "External": lambda spec: External.from_options(spec, make_strategy),
 }
 
 

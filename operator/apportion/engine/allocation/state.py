@@ -294,3 +294,10 @@ def version_key(version: str) -> tuple[tuple[int, int | str], ...]:
     """Orders app versions like Akka's ``Version``: dot/dash separated, numbers numerically."""
     parts = version.replace("-", ".").replace("+", ".").split(".") if version else []
     return tuple((1, int(p)) if p.isdigit() else (0, p) for p in parts)
+
+
+def domains_of(state: State, targets: Sequence[int], key: str | None) -> list[str] | None:
+    """Each target's topology domain (label value, "" when unlabelled), or None without a key."""
+    if key is None:
+        return None
+    return [state.members[i].labels.get(key, "") for i in targets]
