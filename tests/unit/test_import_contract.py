@@ -1,0 +1,143 @@
+"""The package's import contract (README, "Layout"), read from the sources: every import
+statement counts, including those inside functions; imports under `if TYPE_CHECKING:` do not
+(they never run)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "operator"
+PACKAGE = ROOT / "apportion"
+
+ALLOWED: dict[str, set[str]] = {
+    # layer: the apportion layers it may import (itself always)
+    "api": set(),
+    "engine": {"api"},
+    "publishing": {"api"},
+    "controllers": {"api", "engine", "publishing"},
+    "listwatch": set(),
+    "worker": {"api", "engine", "listwatch"},
+    "grains": {"api", "engine", "listwatch", "worker"},
+    "devcluster": set(),
+}
+"""`cli` and `__main__` are the entry points: they may start anything, so they are absent."""
+
+KUBERNETES_CLIENTS = {"kopf", "lightkube", "kubernetes", "aiohttp", "httpx"}
+"""What the pure engine never imports: it does no I/O and knows no API server."""
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Absolute names of the modules `path` imports at run time."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(child) for body in node.body for child in ast.walk(body))
+    package = module_name(path).split(".")
+    if path.name != "__init__.py":
+        package = package[:-1]
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], base]).strip(".")
+            yield base
+            # `from apportion.engine import allocation` imports the submodule too
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                if (ROOT / candidate.replace(".", "/")).exists() or (
+                    ROOT / (candidate.replace(".", "/") + ".py")
+                ).exists():
+                    yield candidate
+
+
+SOURCES = sorted(PACKAGE.rglob("*.py"))
+GRAPH = {module_name(p): set(imports(p)) for p in SOURCES}
+
+
+def layer(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "apportion" else None
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: module_name(p))
+def test_layers_import_only_what_the_contract_allows(source: Path) -> None:
+    importer = module_name(source)
+    own = layer(importer)
+    if own not in ALLOWED:
+        return
+    broken = sorted(
+        name
+        for name in GRAPH[importer]
+        if (target := layer(name)) is not None and target != own and target not in ALLOWED[own]
+    )
+    assert not broken, f"{importer} ({own}) must not import {broken}"
+
+
+def test_the_engine_imports_no_kubernetes_client() -> None:
+    offending = {
+        module: sorted(n for n in names if n.split(".")[0] in KUBERNETES_CLIENTS)
+        for module, names in GRAPH.items()
+        if layer(module) == "engine"
+    }
+    assert not {m: n for m, n in offending.items() if n}
+
+
+def test_no_import_cycles() -> None:
+    """Tarjan's strongly connected components over the package's module graph: every
+    component is a single module."""
+    edges = {m: {n for n in names if n in GRAPH and n != m} for m, names in GRAPH.items()}
+    # a package's __init__ re-exports its modules; importing `apportion.x.y` runs `apportion.x`
+    # first, but that is Python's order, not a dependency of y on its package: drop those edges
+    for m in edges:
+        edges[m] = {n for n in edges[m] if not m.startswith(n + ".")}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_contract_sees_imports_inside_functions() -> None:
+    """The checker must be able to fail: a lazy import inside a function counts."""
+    assert "apportion.grains.watch" in GRAPH["apportion.grains.director"]
+    assert "apportion.engine.allocation.registry" in GRAPH["apportion.engine.allocation.from_spec"]
