@@ -22,16 +22,16 @@ from functools import partial
 
 from apportion.api.assignment import (
     AssignmentTable,
-    Member,
+    Incarnation,
     Release,
-    SetRef,
+    ResourceRef,
     UnitState,
     decode_assignment,
     encode_assignment,
 )
 from apportion.engine.handoff import LivePod, step
 
-SET = SetRef("ShardSet", "default", "bench", "0f5e7c1a-3b2d-4e6f-8a9b-c0d1e2f3a4b5")
+SET = ResourceRef("ShardSet", "default", "bench", "0f5e7c1a-3b2d-4e6f-8a9b-c0d1e2f3a4b5")
 KIB = 1024
 NOW = 1_718_000_001.0
 GOALS = {10_000: 64 * KIB, 100_000: 256 * KIB}
@@ -86,7 +86,7 @@ def make_table(units: int, members: int, shape: str, seed: int = 7) -> Assignmen
         key_scheme="akka",
         count=units,
         epoch=epoch,
-        members=tuple(Member(n, u) for n, u in zip(names, uids, strict=True)),
+        members=tuple(Incarnation(n, u) for n, u in zip(names, uids, strict=True)),
         units=states,
     )
 

@@ -25,7 +25,7 @@ import sys
 import time
 from datetime import UTC, datetime
 
-from apportion.api.graintype import GrainStrategy, LoadShedding, PlacementFilter
+from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 from apportion.api.placement_table import (
     GrainTypeRef,
     PlacementTableDocument,
@@ -54,7 +54,7 @@ def table(strategy: dict, *, members: int = 100, filters=()) -> PlacementTableDo
         grain_types=["Bench.Grain"],
         version=1,
         published_at=datetime.now(UTC),
-        strategy=GrainStrategy.model_validate(strategy),
+        strategy=GrainStrategySpec.model_validate(strategy),
         filters=[PlacementFilter.model_validate(f) for f in filters],
         load_shedding=LoadShedding(),
         members=sorted(
@@ -138,7 +138,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     from apportion.controllers.graintypes.gate import PublishGate
     from apportion.controllers.metrics import PodRef
     from apportion.controllers.pods import PodFact
-    from apportion.engine.grains import MemberStats
+    from apportion.engine.grains import GrainMemberStats
     from apportion.engine.smoothing import ResourceSmoother
 
     _, cpu_sd, count_sd, drift, churn = SCENARIOS[scenario]
@@ -170,7 +170,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
                 cpu_percent=40 + drift * t + rng.gauss(0, cpu_sd),
                 memory_bytes=(1 << 30) * (1 + rng.gauss(0, 0.005)),
             )
-            stats[pod.name] = MemberStats(
+            stats[pod.name] = GrainMemberStats(
                 cpu_usage=smoother.cpu_percent,
                 memory_usage=100 * smoother.memory_bytes / (4 << 30),
                 available_memory=round((4 << 30) - smoother.memory_bytes),

@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from apportion.engine.grains import (
-    Member,
-    MemberStats,
+    GrainMember,
+    GrainMemberStats,
     PlacementContext,
     PlacementTable,
     Placer,
@@ -175,10 +175,10 @@ def bench_table(members: int = 100) -> PlacementTable:
     rng = random.Random(7)
     return PlacementTable(
         (
-            Member(
+            GrainMember(
                 f"member-{i:03d}",
                 {"zone": f"zone-{i % 3}", "apportion.dev/role": "worker"},
-                MemberStats(
+                GrainMemberStats(
                     cpu_usage=rng.uniform(5, 90),
                     memory_usage=rng.uniform(5, 85),
                     available_memory=rng.randrange(1, 4) << 30,
@@ -262,7 +262,7 @@ def balance(
 def moved_fraction(make: Callable[[], Placer], before: int, after: int, grains: int) -> float:
     def assignment(members: int) -> list[str]:
         placer = make()
-        placer.update(PlacementTable(Member(f"member-{i:03d}") for i in range(members)))
+        placer.update(PlacementTable(GrainMember(f"member-{i:03d}") for i in range(members)))
         ctx = PlacementContext()
         return [placer.place(f"cart/{g}", ctx) for g in range(grains)]
 

@@ -30,7 +30,7 @@ from unitset_support import (
     workers,
 )
 
-from apportion.api.assignment import AssignmentTable, Member
+from apportion.api.assignment import AssignmentTable, Incarnation
 from apportion.engine.handoff import make_ack, owned_units, releasing_units
 
 PEERING = "apportion-ha"
@@ -133,7 +133,7 @@ def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> 
         state = done.units[unit]
         assert state.owner == release.to and state.epoch > in_flight.epoch
     for name, units in done.by_member().items():
-        me = Member(name, done.member_uids[name])
+        me = Incarnation(name, done.member_uids[name])
         assert owned_units(done, me) == frozenset(units), "one owner per unit"
 
     wait_for(
@@ -162,7 +162,7 @@ def test_standby_finishes_a_hand_off_acknowledged_while_no_operator_runs(
     pods = {p["metadata"]["name"]: p for p in get(kubectl, namespace, "pods")["items"]}
     annotation = in_flight.set_ref.ack_annotation
     for owner in {in_flight.units[u].owner for u in in_flight.releasing()}:
-        me = Member(owner, pods[owner]["metadata"]["uid"])
+        me = Incarnation(owner, pods[owner]["metadata"]["uid"])
         assert releasing_units(in_flight, me)
         ack = make_ack(in_flight, me).to_annotation()
         patch = {"metadata": {"annotations": {annotation: ack}}}

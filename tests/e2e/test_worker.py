@@ -19,9 +19,9 @@ import yaml
 from apportion.api.assignment import (
     Ack,
     AssignmentTable,
-    Member,
+    Incarnation,
     Release,
-    SetRef,
+    ResourceRef,
     UnitState,
     ack_annotation_key,
     encode_assignment,
@@ -32,7 +32,7 @@ from apportion.api.unitset import assignment_config_map
 REPO = Path(__file__).parents[2]
 KIND, SET = "PartitionSet", "demo"
 ACK_KEY = ack_annotation_key(KIND, SET)
-OTHER = Member("w-1", "uid-of-w-1")  # a member that exists only in the tables
+OTHER = Incarnation("w-1", "uid-of-w-1")  # a member that exists only in the tables
 _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
@@ -177,9 +177,9 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     wait_for(lambda: "started" in worker.log(), 60, f"worker never started:\n{worker.log()}")
     pod = worker.get()
     assert pod is not None
-    me = Member("w-0", pod["metadata"]["uid"])
+    me = Incarnation("w-0", pod["metadata"]["uid"])
     url = f"http://{pod['status']['podIP']}:8080"
-    ref = SetRef(KIND, namespace, SET, "uid-of-the-set")
+    ref = ResourceRef(KIND, namespace, SET, "uid-of-the-set")
 
     def table(epoch: int, units: dict[str, UnitState]) -> AssignmentTable:
         return AssignmentTable(ref, 1, "netherite", 4, epoch, (me, OTHER), units)

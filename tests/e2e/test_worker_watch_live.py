@@ -13,8 +13,8 @@ from lightkube import AsyncClient, KubeConfig
 
 from apportion.api.assignment import (
     AssignmentTable,
-    Member,
-    SetRef,
+    Incarnation,
+    ResourceRef,
     UnitState,
     encode_assignment,
 )
@@ -39,8 +39,8 @@ def publish(kubectl: Any, namespace: str, table: AssignmentTable, **encoding: in
 async def test_watch_reopens_from_its_version_and_reads_chunked_tables(
     dev_cluster, kubectl, namespace
 ) -> None:
-    ref = SetRef("ShardSet", namespace, "carts", "set-uid")
-    members = (Member("a", "uid-a"), Member("b", "uid-b"))
+    ref = ResourceRef("ShardSet", namespace, "carts", "set-uid")
+    members = (Incarnation("a", "uid-a"), Incarnation("b", "uid-b"))
 
     def table(epoch: int, count: int = 8) -> AssignmentTable:
         rng = random.Random(epoch)  # owners and unit epochs that do not compress away

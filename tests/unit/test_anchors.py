@@ -13,7 +13,7 @@ from apportion.engine.allocation import (
     LeastShards,
     Member,
 )
-from apportion.engine.anchors import ANCHORS, OrleansModN, RandomPlacement, make_anchor
+from apportion.engine.anchors import ANCHORS, OrleansModN, RandomAllocation, make_anchor
 from apportion.engine.scenarios import COMPARE, drive, scale_out
 
 UNITS = [f"u{j}" for j in range(200)]
@@ -44,12 +44,12 @@ def test_orleans_mod_n_reshuffles_on_membership_change() -> None:
 
 
 def test_random_places_only_new_and_orphaned_units() -> None:
-    placed = RandomPlacement(seed=3).plan(AllocationRequest(UNITS, fleet(4), {})).assignment
+    placed = RandomAllocation(seed=3).plan(AllocationRequest(UNITS, fleet(4), {})).assignment
     assert sorted(u for us in placed.values() for u in us) == sorted(UNITS)
     assert all(placed.values())  # 200 units at random: no member left empty
     # m3 leaves, m4 and m5 join: m3's units find new homes, nothing else moves.
     members = [Member(f"m{i}") for i in (0, 1, 2, 4, 5)]
-    plan = RandomPlacement(seed=3).plan(AllocationRequest(None, members, placed))
+    plan = RandomAllocation(seed=3).plan(AllocationRequest(None, members, placed))
     assert sorted(m.unit for m in plan.moves) == sorted(placed["m3"])
     assert all(m.source == "m3" for m in plan.moves)
     for name in ("m0", "m1", "m2"):
@@ -58,7 +58,7 @@ def test_random_places_only_new_and_orphaned_units() -> None:
 
 def test_random_is_seeded() -> None:
     def place(seed: int) -> object:
-        return RandomPlacement(seed).plan(AllocationRequest(UNITS, fleet(6), {})).assignment
+        return RandomAllocation(seed).plan(AllocationRequest(UNITS, fleet(6), {})).assignment
 
     assert place(7) == place(7)
     assert place(7) != place(8)
@@ -71,7 +71,7 @@ def test_make_anchor_builds_the_lineup() -> None:
         "ConsistentHashing": ConsistentHashing,
         "Dapr ring": ConsistentHashing,
         "Orleans mod-n": OrleansModN,
-        "random": RandomPlacement,
+        "random": RandomAllocation,
     }
     assert make_anchor(ANCHORS["Dapr ring"]).options.virtual_nodes == 100  # type: ignore[attr-defined]
     assert isinstance(make_anchor({"name": "Balanced"}), Balanced)

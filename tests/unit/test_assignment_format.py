@@ -25,10 +25,10 @@ from apportion.api.assignment import (
     AssignmentFormatError,
     AssignmentTable,
     ConfigMapPayload,
+    Incarnation,
     IncompleteAssignment,
-    Member,
     Release,
-    SetRef,
+    ResourceRef,
     UnitState,
     ack_annotation_key,
     chunk_suffixes,
@@ -40,7 +40,7 @@ from apportion.api.assignment import (
 )
 
 DOC = Path(__file__).parents[2] / "docs" / "assignment-format.md"
-SET = SetRef("ShardSet", "default", "demo", "7d3c9a5e-0000-4000-8000-000000000001")
+SET = ResourceRef("ShardSet", "default", "demo", "7d3c9a5e-0000-4000-8000-000000000001")
 API_LIMIT = 1024 * 1024
 
 
@@ -61,7 +61,9 @@ def make_table(units: int, members: int, seed: int = 1, releasing: int = 0) -> A
         if unit < releasing:
             release = Release(to=rnd.choice([n for n in names if n != owner]), since=1.5, epoch=9)
         states[str(unit)] = UnitState(owner, rnd.choice([1, 1, 1, 4, 7]), release)
-    ms = tuple(Member(n, f"uid-{i:04d}-{rnd.getrandbits(64):016x}") for i, n in enumerate(names))
+    ms = tuple(
+        Incarnation(n, f"uid-{i:04d}-{rnd.getrandbits(64):016x}") for i, n in enumerate(names)
+    )
     return AssignmentTable(SET, 3, "akka", units, 9, ms, states)
 
 
@@ -69,7 +71,7 @@ def make_table(units: int, members: int, seed: int = 1, releasing: int = 0) -> A
 def tables(draw: st.DrawFn) -> AssignmentTable:
     epoch = draw(st.integers(0, 2**40))
     names = draw(st.lists(st.text(min_size=1, max_size=12), unique=True, max_size=5))
-    members = tuple(Member(n, draw(st.text(min_size=1, max_size=8))) for n in names)
+    members = tuple(Incarnation(n, draw(st.text(min_size=1, max_size=8))) for n in names)
     unit_names = draw(
         st.one_of(
             st.integers(0, 40).map(lambda n: [str(i) for i in range(n)]),
@@ -90,7 +92,7 @@ def tables(draw: st.DrawFn) -> AssignmentTable:
             )
         units[unit] = UnitState(owner, unit_epoch, release)
     return AssignmentTable(
-        set_ref=SetRef(
+        set_ref=ResourceRef(
             *(draw(st.text(min_size=1, max_size=10)) for _ in range(4)),
         ),
         generation=draw(st.integers(0, 2**31)),
@@ -299,7 +301,7 @@ def test_documents_match_the_published_schema(layout: str) -> None:
         "apportion",
         2,
         3,
-        (Member("a", "u"),),
+        (Incarnation("a", "u"),),
         {"x": UnitState("a", 2), "y": UnitState(None, 3)},
     )
     jsonschema.validate(to_document(named, layout), schema("assignment"))  # type: ignore[arg-type]
@@ -364,9 +366,9 @@ def test_ack_annotation_keys_are_valid_and_distinct() -> None:
 
 
 def test_tables_refuse_inconsistent_content() -> None:
-    a = Member("a", "ua")
+    a = Incarnation("a", "ua")
     with pytest.raises(AssignmentFormatError, match="duplicate"):
-        AssignmentTable(SET, 1, "akka", 0, 1, (a, Member("a", "ub")), {})
+        AssignmentTable(SET, 1, "akka", 0, 1, (a, Incarnation("a", "ub")), {})
     with pytest.raises(AssignmentFormatError, match="not a member"):
         AssignmentTable(SET, 1, "akka", 1, 1, (a,), {"0": UnitState("b", 1)})
     with pytest.raises(AssignmentFormatError, match="outside"):
@@ -380,7 +382,7 @@ def test_tables_refuse_inconsistent_content() -> None:
             "akka",
             1,
             3,
-            (a, Member("b", "ub")),
+            (a, Incarnation("b", "ub")),
             {"0": UnitState("a", 2, Release("b", 0, 1))},
         )
     with pytest.raises(AssignmentFormatError, match="generation"):

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from apportion.api.graintype import GrainStrategy, LoadShedding, PlacementFilter
+from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 from apportion.api.placement_table import (
     GrainTypeRef,
     PlacementTableDocument,
@@ -59,7 +59,7 @@ def table(
         default=name == "default",
         version=version,
         published_at=datetime(2025, 1, 1, tzinfo=UTC),
-        strategy=GrainStrategy.model_validate(strategy or {"name": "Random"}),
+        strategy=GrainStrategySpec.model_validate(strategy or {"name": "Random"}),
         filters=[PlacementFilter.model_validate(f) for f in filters],
         load_shedding=LoadShedding(),
         members=table_members if table_members is not None else members(),

@@ -7,8 +7,8 @@ import random
 import pytest
 
 from apportion.engine.grains import (
+    GrainMember,
     GrainSpecError,
-    Member,
     NoCompatibleMember,
     PlacementContext,
     PlacementTable,
@@ -19,12 +19,12 @@ from apportion.engine.grains import (
 
 TABLE = PlacementTable(
     [
-        Member("a1", {"region": "eu", "zone": "eu-1", "rack": "r1"}),
-        Member("a2", {"region": "eu", "zone": "eu-1", "rack": "r2"}),
-        Member("a3", {"region": "eu", "zone": "eu-2", "rack": "r1"}),
-        Member("b1", {"region": "us", "zone": "us-1", "rack": "r1"}),
-        Member("b2", {"region": "us", "zone": "us-1"}),
-        Member("c1", {}),
+        GrainMember("a1", {"region": "eu", "zone": "eu-1", "rack": "r1"}),
+        GrainMember("a2", {"region": "eu", "zone": "eu-1", "rack": "r2"}),
+        GrainMember("a3", {"region": "eu", "zone": "eu-2", "rack": "r1"}),
+        GrainMember("b1", {"region": "us", "zone": "us-1", "rack": "r1"}),
+        GrainMember("b2", {"region": "us", "zone": "us-1"}),
+        GrainMember("c1", {}),
     ]
 )
 ALL = tuple(range(len(TABLE)))

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.engine.grains import (
+    GrainMember,
     HashRing,
-    Member,
     PlacementContext,
     PlacementTable,
     grain_hash,
@@ -27,7 +27,7 @@ def test_grain_hash_is_xxh3_64_of_the_utf8_id() -> None:
 
 def placements(name: str, members: list[str]) -> list[str]:
     strategy = make_grain_strategy({"name": name})
-    strategy.update(PlacementTable(Member(m) for m in members))
+    strategy.update(PlacementTable(GrainMember(m) for m in members))
     ctx = PlacementContext()
     return [strategy.place(g, ctx) for g in GRAINS]
 

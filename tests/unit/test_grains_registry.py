@@ -9,7 +9,7 @@ from typing import Any, Self
 
 import pytest
 
-from apportion.api.graintype import GrainStrategy as GrainStrategySpec
+from apportion.api.graintype import GrainStrategySpec
 from apportion.api.graintype import PlacementFilter as PlacementFilterSpec
 from apportion.engine.grains import (
     BUILTIN_STRATEGIES,
@@ -20,9 +20,9 @@ from apportion.engine.grains import (
     CandidateView,
     ConsistentHashBasedPlacement,
     GrainFilter,
+    GrainMember,
     GrainSpecError,
     GrainStrategy,
-    Member,
     PlacementContext,
     PlacementTable,
     RequiredMatch,
@@ -182,7 +182,7 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("plugins")
 def test_custom_strategies_and_filters_come_from_entry_points() -> None:
-    table = PlacementTable(Member(f"w{i}") for i in range(5))
+    table = PlacementTable(GrainMember(f"w{i}") for i in range(5))
     api_form = {
         "name": "Custom",
         "custom": {"entryPoint": "Sticky", "parameters": {"member": "w3"}},

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from apportion.engine.grains import (
     BUILTIN_STRATEGIES,
     ActivationCountBasedPlacement,
-    Member,
-    MemberStats,
+    GrainMember,
+    GrainMemberStats,
     NoCompatibleMember,
     PlacementContext,
     PlacementError,
@@ -39,7 +39,7 @@ def spec_for(name: str) -> dict[str, object]:
 
 
 stats_strategy = st.builds(
-    MemberStats,
+    GrainMemberStats,
     cpu_usage=st.floats(0, 100),
     memory_usage=st.floats(0, 100),
     available_memory=st.integers(0, 4 * GIB),
@@ -54,7 +54,7 @@ stats_strategy = st.builds(
 def tables(draw: st.DrawFn) -> PlacementTable:
     count = draw(st.integers(1, 12))
     members = [
-        Member(
+        GrainMember(
             f"w{i:02d}",
             {"zone": draw(st.sampled_from("abc")), ROLE: draw(st.sampled_from(["web", "db"]))},
             draw(st.none() | stats_strategy),
@@ -138,7 +138,7 @@ def test_local_strategies_stay_local(data: st.DataObject, name: str) -> None:
 
 
 def test_prefer_local_falls_back_to_random_when_local_is_not_compatible() -> None:
-    table = PlacementTable(Member(f"w{i}") for i in range(4))
+    table = PlacementTable(GrainMember(f"w{i}") for i in range(4))
     strategy = make_grain_strategy({"name": "PreferLocal"}, rng=random.Random(1))
     strategy.update(table)
     placed = Counter(strategy.place(f"g{i}", PlacementContext("elsewhere")) for i in range(400))
@@ -146,7 +146,7 @@ def test_prefer_local_falls_back_to_random_when_local_is_not_compatible() -> Non
 
 
 def test_random_is_uniform_enough() -> None:
-    table = PlacementTable(Member(f"w{i}") for i in range(10))
+    table = PlacementTable(GrainMember(f"w{i}") for i in range(10))
     strategy = make_grain_strategy({"name": "Random"}, rng=random.Random(5))
     strategy.update(table)
     placed = Counter(strategy.place(f"g{i}", PlacementContext()) for i in range(10_000))
@@ -158,7 +158,9 @@ def test_random_is_uniform_enough() -> None:
 
 
 def test_stateless_worker_is_local_until_max_local() -> None:
-    table = PlacementTable([Member("w0", stats=MemberStats(cpu_count=3)), Member("w1")])
+    table = PlacementTable(
+        [GrainMember("w0", stats=GrainMemberStats(cpu_count=3)), GrainMember("w1")]
+    )
     default = make_grain_strategy({"name": "StatelessWorker"})
     default.update(table)
     ctx = PlacementContext("w0")
@@ -187,10 +189,10 @@ def test_stateless_worker_is_local_until_max_local() -> None:
 def role_table() -> PlacementTable:
     return PlacementTable(
         [
-            Member("w0", {ROLE: "web"}),
-            Member("w1", {ROLE: "web"}),
-            Member("w2", {ROLE: "db"}),
-            Member("w3", {"tier": "gpu"}),
+            GrainMember("w0", {ROLE: "web"}),
+            GrainMember("w1", {ROLE: "web"}),
+            GrainMember("w2", {ROLE: "db"}),
+            GrainMember("w3", {"tier": "gpu"}),
         ]
     )
 
@@ -227,7 +229,7 @@ def test_hash_based_is_the_sorted_mod_n_of_orleans(names: list[str]) -> None:
     import xxhash
 
     strategy = make_grain_strategy({"name": "HashBased"})
-    strategy.update(PlacementTable(Member(n) for n in names))
+    strategy.update(PlacementTable(GrainMember(n) for n in names))
     ordered = sorted(names)
     for grain in ("a", "cart/42", "ü-ñ"):
         expected = (xxhash.xxh3_64_intdigest(grain.encode()) & 0x7FFFFFFF) % len(ordered)
@@ -239,8 +241,9 @@ def test_hash_based_is_the_sorted_mod_n_of_orleans(names: list[str]) -> None:
 
 def counted(counts: list[int], overloaded: frozenset[int] = frozenset()) -> PlacementTable:
     return PlacementTable(
-        Member(
-            f"w{i}", stats=MemberStats(activation_count=c, cpu_usage=99.0 if i in overloaded else 1)
+        GrainMember(
+            f"w{i}",
+            stats=GrainMemberStats(activation_count=c, cpu_usage=99.0 if i in overloaded else 1),
         )
         for i, c in enumerate(counts)
     )
@@ -275,7 +278,7 @@ def test_overloaded_members_get_nothing_and_all_overloaded_fails() -> None:
 
 def test_without_any_statistics_activation_count_places_locally() -> None:
     strategy = ActivationCountBasedPlacement(rng=random.Random(0))
-    strategy.update(PlacementTable([Member("w0"), Member("w1"), Member("w2")]))
+    strategy.update(PlacementTable([GrainMember("w0"), GrainMember("w1"), GrainMember("w2")]))
     assert {strategy.place(f"g{i}", PlacementContext("w1")) for i in range(50)} == {"w1"}
     spread = {strategy.place(f"g{i}", PlacementContext("outsider")) for i in range(200)}
     assert spread == {"w0", "w1", "w2"}
@@ -284,7 +287,11 @@ def test_without_any_statistics_activation_count_places_locally() -> None:
 def test_members_without_statistics_are_the_fallback_only() -> None:
     strategy = ActivationCountBasedPlacement(rng=random.Random(0))
     table = PlacementTable(
-        [Member("w0", stats=MemberStats(activation_count=500)), Member("w1"), Member("w2")]
+        [
+            GrainMember("w0", stats=GrainMemberStats(activation_count=500)),
+            GrainMember("w1"),
+            GrainMember("w2"),
+        ]
     )
     strategy.update(table)
     assert {strategy.place(f"g{i}", PlacementContext()) for i in range(50)} == {"w0"}
@@ -308,7 +315,7 @@ def test_explain_changes_no_state_and_shows_every_eligible_member() -> None:
 
 
 def test_resource_score_matches_orleans_formula() -> None:
-    stats = MemberStats(
+    stats = GrainMemberStats(
         cpu_usage=50.0,
         memory_usage=40.0,
         available_memory=1 * GIB,
@@ -323,9 +330,9 @@ def test_resource_score_matches_orleans_formula() -> None:
 
 def resource_table(cpus: list[float], overloaded: frozenset[int] = frozenset()) -> PlacementTable:
     return PlacementTable(
-        Member(
+        GrainMember(
             f"w{i}",
-            stats=MemberStats(
+            stats=GrainMemberStats(
                 cpu_usage=cpu,
                 memory_usage=cpu,
                 available_memory=int(4 * GIB * (1 - cpu / 100)),
@@ -429,7 +436,7 @@ def test_accounted_scores_are_what_the_choice_compares() -> None:
 
 def test_resource_optimized_without_statistics_is_random() -> None:
     strategy = ResourceOptimizedPlacement(rng=random.Random(1))
-    strategy.update(PlacementTable(Member(f"w{i}") for i in range(5)))
+    strategy.update(PlacementTable(GrainMember(f"w{i}") for i in range(5)))
     assert len({strategy.place(f"g{i}", PlacementContext("w0")) for i in range(200)}) == 5
 
 

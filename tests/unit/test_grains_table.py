@@ -1,14 +1,19 @@
-"""PlacementTable, MemberStats and load shedding."""
+"""PlacementTable, GrainMemberStats and load shedding."""
 
 from __future__ import annotations
 
 import pytest
 
-from apportion.engine.grains import LoadShedding, Member, MemberStats, PlacementTable
+from apportion.engine.grains import (
+    GrainMember,
+    GrainMemberStats,
+    LoadSheddingThresholds,
+    PlacementTable,
+)
 
 
 def test_members_are_sorted_by_name_and_indexed() -> None:
-    table = PlacementTable([Member("b"), Member("c"), Member("a")], version=4)
+    table = PlacementTable([GrainMember("b"), GrainMember("c"), GrainMember("a")], version=4)
     assert table.names == ("a", "b", "c")
     assert table.index["c"] == 2
     assert table.member("b").name == "b"
@@ -18,7 +23,7 @@ def test_members_are_sorted_by_name_and_indexed() -> None:
 
 def test_duplicate_names_are_rejected() -> None:
     with pytest.raises(ValueError, match=r"duplicate member names.*'a'"):
-        PlacementTable([Member("a"), Member("b"), Member("a")])
+        PlacementTable([GrainMember("a"), GrainMember("b"), GrainMember("a")])
 
 
 @pytest.mark.parametrize(
@@ -33,29 +38,29 @@ def test_duplicate_names_are_rejected() -> None:
 def test_load_shedding_thresholds_are_strict(
     cpu: float, memory: float, flag: bool, overloaded: bool
 ) -> None:
-    stats = MemberStats(cpu_usage=cpu, memory_usage=memory, overloaded=flag)
-    table = PlacementTable([Member("a", stats=stats), Member("b")])
+    stats = GrainMemberStats(cpu_usage=cpu, memory_usage=memory, overloaded=flag)
+    table = PlacementTable([GrainMember("a", stats=stats), GrainMember("b")])
     assert table.overloaded == (overloaded, False)
     assert table.has_stats == (True, False)
 
 
 def test_disabled_load_shedding_keeps_only_the_members_own_flag() -> None:
-    shedding = LoadShedding.from_dict({"enabled": False})
-    busy = MemberStats(cpu_usage=100.0, memory_usage=100.0)
-    flagged = MemberStats(overloaded=True)
+    shedding = LoadSheddingThresholds.from_dict({"enabled": False})
+    busy = GrainMemberStats(cpu_usage=100.0, memory_usage=100.0)
+    flagged = GrainMemberStats(overloaded=True)
     table = PlacementTable(
-        [Member("a", stats=busy), Member("b", stats=flagged)], load_shedding=shedding
+        [GrainMember("a", stats=busy), GrainMember("b", stats=flagged)], load_shedding=shedding
     )
     assert table.overloaded == (False, True)
 
 
 def test_custom_thresholds() -> None:
-    shedding = LoadShedding.from_dict({"cpuThreshold": 50, "memoryThreshold": 60})
-    assert shedding.is_overloaded(MemberStats(cpu_usage=51.0))
-    assert not shedding.is_overloaded(MemberStats(cpu_usage=49.0, memory_usage=59.0))
+    shedding = LoadSheddingThresholds.from_dict({"cpuThreshold": 50, "memoryThreshold": 60})
+    assert shedding.is_overloaded(GrainMemberStats(cpu_usage=51.0))
+    assert not shedding.is_overloaded(GrainMemberStats(cpu_usage=49.0, memory_usage=59.0))
     assert not shedding.is_overloaded(None)
     with pytest.raises(ValueError, match=r"0\.\.100"):
-        LoadShedding(cpu_threshold=120.0)
+        LoadSheddingThresholds(cpu_threshold=120.0)
 
 
 def test_from_dict_reads_the_camel_case_table() -> None:
@@ -95,4 +100,4 @@ def test_from_dict_reads_the_camel_case_table() -> None:
 )
 def test_impossible_statistics_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        MemberStats(**kwargs)  # type: ignore[arg-type]
+        GrainMemberStats(**kwargs)  # type: ignore[arg-type]

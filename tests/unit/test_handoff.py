@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 from apportion.api.assignment import (
     Ack,
     AssignmentTable,
-    Member,
+    Incarnation,
     Release,
-    SetRef,
+    ResourceRef,
     UnitState,
 )
 from apportion.engine.handoff import (
@@ -28,16 +28,16 @@ from apportion.engine.handoff import (
     supersedes,
 )
 
-SET = SetRef("PartitionSet", "default", "demo", "set-uid")
-A, B, C = Member("a", "uid-a"), Member("b", "uid-b"), Member("c", "uid-c")
+SET = ResourceRef("PartitionSet", "default", "demo", "set-uid")
+A, B, C = Incarnation("a", "uid-a"), Incarnation("b", "uid-b"), Incarnation("c", "uid-c")
 TIMEOUT = 60.0
 
 
-def live(*members: Member, draining: tuple[Member, ...] = ()) -> dict[str, LivePod]:
+def live(*members: Incarnation, draining: tuple[Incarnation, ...] = ()) -> dict[str, LivePod]:
     return {m.name: LivePod(m.uid, m in draining) for m in members}
 
 
-def settled(owners: dict[str, Member], *members: Member) -> AssignmentTable:
+def settled(owners: dict[str, Incarnation], *members: Incarnation) -> AssignmentTable:
     """A table where each unit is owned by its member, reached through real steps."""
     initial = AssignmentTable.initial(
         SET, generation=1, key_scheme="netherite", count=len(owners), units=owners
@@ -223,7 +223,7 @@ def test_owner_gone_with_nowhere_to_go_leaves_units_unowned(two_on_a: Assignment
 def test_recreated_pod_with_the_same_name_is_a_new_incarnation(
     two_on_a: AssignmentTable,
 ) -> None:
-    reborn = Member("a", "uid-a-2")  # a StatefulSet recreated pod a
+    reborn = Incarnation("a", "uid-a-2")  # a StatefulSet recreated pod a
     decision = step(two_on_a, {"0": "a", "1": "a"}, {}, live(reborn, B, C), 5.0, TIMEOUT)
     table = decision.new_table
     assert table is not None and table.member_uids["a"] == "uid-a-2"
@@ -259,7 +259,7 @@ def test_header_and_membership_changes_are_writes(two_on_a: AssignmentTable) -> 
     regenerated = step(two_on_a, target, {}, live(A, B, C), 1.0, TIMEOUT, generation=2)
     assert regenerated.new_table is not None and regenerated.new_table.generation == 2
     assert regenerated.new_table.units == two_on_a.units
-    joined = step(two_on_a, target, {}, live(A, B, C, Member("d", "uid-d")), 1.0, TIMEOUT)
+    joined = step(two_on_a, target, {}, live(A, B, C, Incarnation("d", "uid-d")), 1.0, TIMEOUT)
     assert joined.new_table is not None and len(joined.new_table.members) == 4
 
 
@@ -301,7 +301,7 @@ def test_unit_taken_and_given_back_unseen_is_reacquired_under_the_new_token(
 
 
 def test_worker_stops_units_of_a_table_that_does_not_know_it(two_on_a: AssignmentTable) -> None:
-    stranger = Member("a", "uid-somebody-else")
+    stranger = Incarnation("a", "uid-somebody-else")
     assert plan_worker(two_on_a, stranger, {"0": 1}).stop == {"0"}
     assert not is_owner(two_on_a, stranger, "0") and is_owner(two_on_a, A, "0")
     assert not is_owner(two_on_a, A, "no-such-unit")
@@ -312,7 +312,7 @@ def test_supersedes(two_on_a: AssignmentTable, releasing: AssignmentTable) -> No
     assert supersedes(releasing, two_on_a) and not supersedes(two_on_a, releasing)
     assert not supersedes(two_on_a, two_on_a)
     recreated = AssignmentTable.initial(
-        SetRef("PartitionSet", "default", "demo", "set-uid-2"),
+        ResourceRef("PartitionSet", "default", "demo", "set-uid-2"),
         generation=1,
         key_scheme="netherite",
         count=2,
@@ -338,7 +338,7 @@ UNITS = ("0", "1", "2", "3", "4", "5")
 def published_tables(draw: st.DrawFn) -> AssignmentTable:
     epoch = draw(st.integers(2, 20))
     names = draw(st.lists(st.sampled_from(NAMES), unique=True))
-    members = tuple(Member(n, f"uid-{n}") for n in sorted(names))
+    members = tuple(Incarnation(n, f"uid-{n}") for n in sorted(names))
     units = {}
     for unit in UNITS:
         owner = draw(st.sampled_from([None, *names]))
@@ -396,7 +396,7 @@ def test_step_properties(inputs) -> None:
         table = published
     else:
         assert table.epoch == published.epoch + 1 and table.set_ref == published.set_ref
-        assert table.members == tuple(Member(n, live_pods[n].uid) for n in sorted(live_pods))
+        assert table.members == tuple(Incarnation(n, live_pods[n].uid) for n in sorted(live_pods))
         assert step(table, target, acks, live_pods, now, TIMEOUT).new_table is None
     assert table.units.keys() == published.units.keys()
     completed = {

@@ -26,7 +26,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from apportion.api.assignment import Ack, AssignmentTable, Member, SetRef
+from apportion.api.assignment import Ack, AssignmentTable, Incarnation, ResourceRef
 from apportion.engine.handoff import (
     HandoffDecision,
     LivePod,
@@ -43,7 +43,7 @@ from apportion.engine.handoff import (
 UNITS = ("0", "1", "2")
 NAMES = ("p0", "p1", "p2")
 TIMEOUT = 10.0
-SET = SetRef("ShardSet", "ns", "model", "set-uid")
+SET = ResourceRef("ShardSet", "ns", "model", "set-uid")
 
 names = st.sampled_from(NAMES)
 
@@ -59,7 +59,7 @@ class Pod:
 class Process:
     """A running worker container: what it serves and the fencing token it acquired under."""
 
-    me: Member
+    me: Incarnation
     view: AssignmentTable
     serving: dict[str, int] = field(default_factory=dict)
     finishing: set[str] = field(default_factory=set)
@@ -150,7 +150,7 @@ class HandoffModel(RuleBasedStateMachine):
         pod = self.pods[name]
         # A starting worker reads the table with a consistent read: never older than what a
         # crashed predecessor in the same pod saw or acknowledged.
-        self.procs[name] = Process(Member(name, pod.uid), view=self.history[0])
+        self.procs[name] = Process(Incarnation(name, pod.uid), view=self.history[0])
         self.handle(name, self.latest)
 
     @rule(name=names)

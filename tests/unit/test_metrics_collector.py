@@ -16,7 +16,7 @@ from apportion.api.metrics import WorkerMetrics
 from apportion.api.podmetrics import PodResources
 from apportion.api.unitset import MetricsSource
 from apportion.controllers.metrics import MetricsCollector, PodRef, scrape_url
-from apportion.engine.grains.table import MemberStats
+from apportion.engine.grains.table import GrainMemberStats
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -304,7 +304,7 @@ async def test_member_stats_from_what_workers_report(
     assert report.source is MetricsSource.WORKER_LOAD
     assert report.message == "worker figures from 2/2 pods"
     assert report.unit_loads is None
-    assert report.member_stats["limited"] == MemberStats(
+    assert report.member_stats["limited"] == GrainMemberStats(
         cpu_usage=40.0,
         memory_usage=25.0,
         available_memory=768 << 20,

@@ -27,7 +27,7 @@ from apportion.api.common import (
 from apportion.api.conditions import dump_conditions, find_condition, is_true
 from apportion.api.graintype import GrainStrategyName, ResourceOptimizedOptions
 from apportion.api.unitset import (
-    KeyScheme,
+    KeySchemeName,
     LeastShardsOptions,
     MemberUnits,
     RebalancePolicy,
@@ -52,7 +52,7 @@ def test_partitionset_defaults() -> None:
     pset = PartitionSet.from_raw(raw("PartitionSet", {"partitions": 32, "selector": SELECTOR}))
     spec = pset.spec
     assert spec.units == 32
-    assert spec.key_scheme is KeyScheme.NETHERITE
+    assert spec.key_scheme is KeySchemeName.NETHERITE
     assert spec.strategy.name is UnitStrategyName.BALANCED
     assert spec.rebalance.interval == timedelta(seconds=10)
     assert spec.rebalance.handoff_timeout == timedelta(seconds=60)
@@ -68,7 +68,7 @@ def test_partitionset_defaults() -> None:
 
 def test_shardset_defaults_to_akka_keys() -> None:
     sset = ShardSet.from_raw(raw("ShardSet", {"shards": 1000, "selector": SELECTOR}))
-    assert sset.spec.key_scheme is KeyScheme.AKKA
+    assert sset.spec.key_scheme is KeySchemeName.AKKA
     assert sset.spec.units == 1000
 
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.api.graintype import GrainStrategy, LoadShedding, PlacementFilter
+from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 from apportion.api.placement_table import (
     DATA_KEY,
     TABLE_LABEL,
@@ -49,7 +49,7 @@ def doc(members=None, **kw) -> PlacementTableDocument:
         "grain_types": ["Shop.CartGrain"],
         "version": 7,
         "published_at": datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC),
-        "strategy": GrainStrategy(name="ActivationCountBased"),
+        "strategy": GrainStrategySpec(name="ActivationCountBased"),
         "filters": [PlacementFilter(type="RequiredMatch", keys=["zone"])],
         "load_shedding": LoadShedding(),
         "members": members
@@ -178,7 +178,7 @@ def with_stats(base: PlacementTableDocument, name: str, **kw) -> PlacementTableD
 
 def test_first_table_and_spec_changes_are_urgent() -> None:
     assert classify_change(None, doc(), 5).kind is ChangeKind.SPEC
-    changed = doc(strategy=GrainStrategy(name="Random"))
+    changed = doc(strategy=GrainStrategySpec(name="Random"))
     assert classify_change(doc(), changed, 5).kind is ChangeKind.SPEC
     assert classify_change(doc(), doc(filters=[]), 5).urgent
     assert classify_change(doc(), doc(load_shedding=LoadShedding(cpu_threshold=80)), 5).urgent

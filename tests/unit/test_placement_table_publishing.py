@@ -20,7 +20,7 @@ from apportion.controllers.graintypes.document import (
 from apportion.controllers.graintypes.gate import PublishGate
 from apportion.controllers.metrics import PodRef
 from apportion.controllers.pods import PodFact
-from apportion.engine.grains import MemberStats
+from apportion.engine.grains import GrainMemberStats
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -47,7 +47,7 @@ def pod(i: int, *, ready: bool = True, terminating: bool = False, **labels) -> P
     )
 
 
-def stats(**kw) -> MemberStats:
+def stats(**kw) -> GrainMemberStats:
     base = {
         "cpu_usage": 40.123456,
         "memory_usage": 25.0,
@@ -56,7 +56,7 @@ def stats(**kw) -> MemberStats:
         "activation_count": 10,
         "cpu_count": 2,
     }
-    return MemberStats(**{**base, **kw})
+    return GrainMemberStats(**{**base, **kw})
 
 
 def test_table_lists_compatible_members_sorted_with_labels_address_and_stats() -> None:

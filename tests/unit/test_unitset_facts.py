@@ -11,7 +11,7 @@ import pytest
 from lightkube import ApiError
 
 from apportion.api import PartitionSet, ShardSet
-from apportion.api.assignment import SetRef
+from apportion.api.assignment import ResourceRef
 from apportion.api.common import LabelSelector
 from apportion.api.unitset import assignment_config_map
 from apportion.controllers.pods import PodFact, find_ghosts, pods_of, select
@@ -167,7 +167,7 @@ def test_members_of_older_revisions_rank_lower_during_a_rollout() -> None:
         {"spec": {"partitions": 4, "selector": {"matchLabels": {"app": "w"}}}}
     ).spec
     pods = [PodView("w-10", "u10", revision="new"), PodView("w-2", "u2", revision="old")]
-    table = initial_table(SetRef("PartitionSet", "ns", "p", "u"), spec, 1)
+    table = initial_table(ResourceRef("PartitionSet", "ns", "p", "u"), spec, 1)
     inp = PassInput(spec, table, 1, pods, now=0.0, rollout=Rollout(True, "new", "rolling"))
     members, problems = engine_members(inp, {})
     assert [(m.name, m.version) for m in members] == [("w-2", OLD_REVISION), ("w-10", NEW_REVISION)]

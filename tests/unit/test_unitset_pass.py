@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.api import PartitionSet, ShardSet
-from apportion.api.assignment import AssignmentTable, Member, SetRef
+from apportion.api.assignment import AssignmentTable, Incarnation, ResourceRef
 from apportion.engine.allocation import Member as EngineMember
 from apportion.engine.handoff import Reason, make_ack
 from apportion.engine.unitset import (
@@ -26,7 +26,7 @@ from apportion.engine.unitset import (
     unit_set_status,
 )
 
-REF = SetRef("PartitionSet", "ns", "demo", "set-uid")
+REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 
 
 def pset(**spec: Any) -> Any:
@@ -67,7 +67,7 @@ def acked(table: AssignmentTable, members: list[PodView]) -> list[PodView]:
             p.ready,
             p.terminating,
             p.revision,
-            make_ack(table, Member(p.name, p.uid)).to_annotation(),
+            make_ack(table, Incarnation(p.name, p.uid)).to_annotation(),
         )
         if p.name in table.member_uids
         else p
@@ -215,7 +215,7 @@ def test_a_pod_no_longer_selected_hands_its_units_off(spec, balanced4) -> None:
 
 def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None:
     members = workers(4)
-    me = Member("w-0", "uid-w-0")
+    me = Incarnation("w-0", "uid-w-0")
     ack = make_ack(balanced4, me, draining=True).to_annotation()
     members[0] = PodView("w-0", "uid-w-0", ack=ack)
     releases = run(spec, balanced4, members).new_table.releasing()
@@ -255,7 +255,7 @@ def test_least_shards_moves_at_most_its_limit_per_round_and_converges() -> None:
         },
         rebalance={"interval": "1s", "maxMovesPerRound": "100%"},
     )
-    ref = SetRef("ShardSet", "ns", "carts", "uid")
+    ref = ResourceRef("ShardSet", "ns", "carts", "uid")
     table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
     assert sorted(counts(table).values()) == [333, 333, 334]
     table, results = settle(spec, table, workers(4), now=2000.0)
@@ -267,7 +267,7 @@ def test_least_shards_moves_at_most_its_limit_per_round_and_converges() -> None:
 
 def test_rollout_prefers_new_revision_members_for_least_shards() -> None:
     spec = sset(strategy={"name": "LeastShards"})
-    ref = SetRef("ShardSet", "ns", "carts", "uid")
+    ref = ResourceRef("ShardSet", "ns", "carts", "uid")
     table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
     members = [
         PodView("w-0", "uid-w-0", revision="old"),

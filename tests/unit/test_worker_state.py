@@ -10,25 +10,25 @@ from hypothesis import strategies as st
 from apportion.api.assignment import (
     Ack,
     AssignmentTable,
-    Member,
+    Incarnation,
     Release,
-    SetRef,
+    ResourceRef,
     UnitState,
 )
 from apportion.engine.handoff import is_owner, releasing_units
 from apportion.worker.state import WorkerState
 
-REF = SetRef("PartitionSet", "ns", "demo", "set-uid-1")
-ME = Member("w-0", "uid-0")
-OTHER = Member("w-1", "uid-1")
+REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid-1")
+ME = Incarnation("w-0", "uid-0")
+OTHER = Incarnation("w-1", "uid-1")
 
 
 def table(
     epoch: int,
     units: dict[str, UnitState],
     *,
-    members: tuple[Member, ...] = (ME, OTHER),
-    ref: SetRef = REF,
+    members: tuple[Incarnation, ...] = (ME, OTHER),
+    ref: ResourceRef = REF,
 ) -> AssignmentTable:
     return AssignmentTable(ref, 1, "netherite", len(units), epoch, members, units)
 
@@ -109,7 +109,7 @@ def test_ack_lists_units_still_finishing_as_pending() -> None:
 
 def test_units_granted_to_another_incarnation_of_this_pod_are_not_served() -> None:
     s = state()
-    old_me = Member("w-0", "uid-old")
+    old_me = Incarnation("w-0", "uid-old")
     s.receive(table(1, {"0": owned("w-0", 1)}, members=(old_me, OTHER)))
     assert s.next_transition() is None
     assert not s.owns("0")
@@ -141,7 +141,7 @@ def test_older_and_equal_epochs_are_ignored_a_recreated_set_starts_over() -> Non
     assert not s.receive(table(3, {"0": owned("w-1", 3)}))
     assert s.my_units() == {"0"}
     # Same name, new uid: epochs restart, so a held token may match a new unit epoch by chance.
-    recreated = SetRef(REF.kind, REF.namespace, REF.name, "set-uid-2")
+    recreated = ResourceRef(REF.kind, REF.namespace, REF.name, "set-uid-2")
     assert s.receive(table(3, {"0": owned("w-0", 3)}, ref=recreated))
     assert s.my_units() == set()
     step = s.next_transition()
@@ -150,7 +150,7 @@ def test_older_and_equal_epochs_are_ignored_a_recreated_set_starts_over() -> Non
 
 def test_a_table_of_another_set_is_refused() -> None:
     s = state()
-    other = SetRef("ShardSet", "ns", "demo", "uid")
+    other = ResourceRef("ShardSet", "ns", "demo", "uid")
     with pytest.raises(ValueError, match="ShardSet ns/demo"):
         s.receive(table(1, {"0": owned("w-0", 1)}, ref=other))
 
@@ -269,7 +269,7 @@ def histories(draw: st.DrawFn) -> list[AssignmentTable]:
             else:
                 states[unit] = owned(draw(st.sampled_from([*PODS, None])), epoch)
         me_uid = draw(st.sampled_from(["uid-0", "uid-0", "uid-0", "uid-old"]))
-        tables.append(table(epoch, dict(states), members=(Member("w-0", me_uid), OTHER)))
+        tables.append(table(epoch, dict(states), members=(Incarnation("w-0", me_uid), OTHER)))
     return tables
 
 

@@ -17,16 +17,16 @@ from lightkube.resources.core_v1 import ConfigMap
 from apportion import listwatch
 from apportion.api.assignment import (
     AssignmentTable,
-    Member,
-    SetRef,
+    Incarnation,
+    ResourceRef,
     UnitState,
     encode_assignment,
 )
 from apportion.worker.watch import AssignmentWatch
 
 NAME = "orders-partitionset-assignment"
-REF = SetRef("PartitionSet", "ns", "orders", "uid")
-MEMBERS = (Member("a", "ua"), Member("b", "ub"))
+REF = ResourceRef("PartitionSet", "ns", "orders", "uid")
+MEMBERS = (Incarnation("a", "ua"), Incarnation("b", "ub"))
 
 
 def table(epoch: int, count: int = 4) -> AssignmentTable:

@@ -76,7 +76,7 @@ def unit_order(units: Iterable[str]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, slots=True)
-class SetRef:
+class ResourceRef:
     """The PartitionSet or ShardSet a table belongs to; (uid, epoch) versions the table."""
 
     kind: str
@@ -90,7 +90,7 @@ class SetRef:
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class Incarnation:
     """One incarnation of a worker pod: a StatefulSet pod keeps its name, never its uid."""
 
     name: str
@@ -121,7 +121,7 @@ UNOWNED: Final = UnitState(owner=None, epoch=0)
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """What a worker writes on its own Pod, annotation `SetRef.ack_annotation`.
+    """What a worker writes on its own Pod, annotation `ResourceRef.ack_annotation`.
 
     Reads: "I am pod incarnation `uid`; I have processed table `epoch`; every unit that table
     marks releasing from me has been released, except `pending`."
@@ -172,12 +172,12 @@ class AssignmentTable:
     are releasing, never to their own owner.
     """
 
-    set_ref: SetRef
+    set_ref: ResourceRef
     generation: int
     key_scheme: str
     count: int
     epoch: int
-    members: tuple[Member, ...]
+    members: tuple[Incarnation, ...]
     units: Mapping[str, UnitState]
 
     def __post_init__(self) -> None:
@@ -215,7 +215,7 @@ class AssignmentTable:
     @classmethod
     def initial(
         cls,
-        set_ref: SetRef,
+        set_ref: ResourceRef,
         *,
         generation: int,
         key_scheme: str,
@@ -313,7 +313,7 @@ def from_document(doc: Any) -> AssignmentTable:
             f"this reader understands {API_VERSION}/{TABLE_KIND}"
         )
     set_doc = _object(doc.get("set"), "set")
-    set_ref = SetRef(
+    set_ref = ResourceRef(
         *(_string(set_doc.get(k), f"set.{k}") for k in ("kind", "namespace", "name", "uid"))
     )
     members = tuple(
@@ -342,9 +342,9 @@ def from_document(doc: Any) -> AssignmentTable:
     )
 
 
-def _member(value: Any, path: str) -> Member:
+def _member(value: Any, path: str) -> Incarnation:
     value = _object(value, path)
-    return Member(
+    return Incarnation(
         _string(value.get("name"), f"{path}.name"), _string(value.get("uid"), f"{path}.uid")
     )
 
@@ -362,7 +362,7 @@ def _map_layout(doc: dict[str, Any]) -> tuple[dict[str, str | None], list[int]]:
 
 
 def _indexed_layout(
-    doc: dict[str, Any], members: tuple[Member, ...]
+    doc: dict[str, Any], members: tuple[Incarnation, ...]
 ) -> tuple[dict[str, str | None], list[int]]:
     indexes = _array(doc.get("owners"), "owners")
     epochs = _array(doc.get("unitEpochs"), "unitEpochs")

@@ -146,7 +146,7 @@ _OPTIONS: dict[GrainStrategyName, tuple[str, type[ApiModel]]] = {
 }
 
 
-class GrainStrategy(ApiModel):
+class GrainStrategySpec(ApiModel):
     """The placement strategy and its options; set only the options block of the chosen name."""
 
     model_config = ConfigDict(
@@ -270,7 +270,9 @@ class GrainTypeSpec(ApiModel):
         "empty means the resource's name.",
     )
     selector: LabelSelector = Field(description="Labels of the worker pods (silos).")
-    strategy: GrainStrategy = defaulted(GrainStrategy, "How a new activation picks its member.")
+    strategy: GrainStrategySpec = defaulted(
+        GrainStrategySpec, "How a new activation picks its member."
+    )
     filters: list[PlacementFilter] = Field(
         default_factory=list,
         max_length=8,

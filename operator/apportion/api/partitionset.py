@@ -13,7 +13,7 @@ from pydantic import ConfigDict, Field
 from apportion.api.common import immutable
 from apportion.api.resource import Resource
 from apportion.api.unitset import (
-    KeyScheme,
+    KeySchemeName,
     UnitSetSpec,
     UnitSetStatus,
     unit_set_crd,
@@ -42,8 +42,8 @@ class PartitionSetSpec(UnitSetSpec):
             "instead",
         ),
     )
-    key_scheme: KeyScheme = Field(
-        KeyScheme.NETHERITE,
+    key_scheme: KeySchemeName = Field(
+        KeySchemeName.NETHERITE,
         description="How keys map to partitions: netherite (default: `!n` suffix or FNV-1a), "
         "akka or apportion. Immutable.",
         json_schema_extra=immutable("keyScheme", "changing it remaps every key"),

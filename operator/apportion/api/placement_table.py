@@ -24,7 +24,7 @@ from pydantic import Field, StringConstraints, ValidationError, field_validator
 
 from apportion import API_VERSION
 from apportion.api.common import ApiModel
-from apportion.api.graintype import GrainStrategy, LoadShedding, PlacementFilter
+from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 
 TABLE_KIND: Final = "PlacementTable"
 DATA_KEY: Final = "placement.json"
@@ -101,7 +101,7 @@ class PlacementTableDocument(ApiModel):
     )
     version: int = Field(ge=0, description="Grows by one with every write of the table.")
     published_at: datetime
-    strategy: GrainStrategy
+    strategy: GrainStrategySpec
     filters: list[PlacementFilter] = Field(default_factory=list)
     load_shedding: LoadShedding
     members: list[TableMember] = Field(description="Sorted by name, no duplicates.")

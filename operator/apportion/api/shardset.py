@@ -14,7 +14,7 @@ from apportion.api.common import immutable
 from apportion.api.resource import Resource
 from apportion.api.unitset import (
     MAX_UNITS,
-    KeyScheme,
+    KeySchemeName,
     UnitSetSpec,
     UnitSetStatus,
     unit_set_crd,
@@ -37,8 +37,8 @@ class ShardSetSpec(UnitSetSpec):
             "changing it remaps every entity to a different shard; create a new ShardSet instead",
         ),
     )
-    key_scheme: KeyScheme = Field(
-        KeyScheme.AKKA,
+    key_scheme: KeySchemeName = Field(
+        KeySchemeName.AKKA,
         description="How entity IDs map to shards: akka (default: abs(String.hashCode mod "
         "shards)), netherite or apportion. Immutable.",
         json_schema_extra=immutable("keyScheme", "changing it remaps every entity"),

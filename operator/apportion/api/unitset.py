@@ -44,7 +44,7 @@ MAX_PINS = 1024
 MAX_MEMBER_ROWS = 256
 
 
-class KeyScheme(StrEnum):
+class KeySchemeName(StrEnum):
     """How a key (instance ID, entity ID) maps to a unit number."""
 
     NETHERITE = "netherite"

@@ -11,7 +11,7 @@ PodMetrics are listed once per `resource_interval`.
 
     report = await collector.unit_loads(namespace, set_name, pods, spec.metrics)
     report.unit_loads    # {"17": 3.2, ...} smoothed per-unit load, or None: balance unit counts
-    report.member_stats  # {"worker-0": MemberStats(...)} for pods with any figure
+    report.member_stats  # {"worker-0": GrainMemberStats(...)} for pods with any figure
     report.source        # MetricsSource, for status.metricsSource
     report.message       # one sentence for a condition: what was used, what is missing and why
 
@@ -56,7 +56,7 @@ from apportion.api.podmetrics import (
     pod_usage,
 )
 from apportion.api.unitset import MetricsSource
-from apportion.engine.grains.table import MemberStats
+from apportion.engine.grains.table import GrainMemberStats
 from apportion.engine.smoothing import ResourceSmoother, UnitLoadSmoother
 
 PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
@@ -97,7 +97,7 @@ class LoadReport:
     unit_loads: Mapping[str, float] | None
     """Unit → smoothed load summed over the pods reporting it; None when no pod reported any
     (the planner balances counts). Units no pod reports are absent."""
-    member_stats: Mapping[str, MemberStats]
+    member_stats: Mapping[str, GrainMemberStats]
     """Pod name → smoothed statistics, for pods with at least one figure."""
     source: MetricsSource
     message: str
@@ -471,10 +471,10 @@ class MetricsCollector:
         readings: _Readings,
         grain_types: Collection[str] | None,
         now: float,
-    ) -> tuple[dict[str, MemberStats], int]:
+    ) -> tuple[dict[str, GrainMemberStats], int]:
         """Fold new samples into each pod's Kalman state, then pick per figure the source this
         spec allows (PodMetrics first); returns the stats and how many used PodMetrics."""
-        stats: dict[str, MemberStats] = {}
+        stats: dict[str, GrainMemberStats] = {}
         from_pod_metrics = 0
         for pod in pods:
             key = (namespace, pod.name, pod.uid)
@@ -559,8 +559,8 @@ def _combine(
     usage: ResourceUsage | None,
     worker: WorkerMetrics | None,
     grain_types: Collection[str] | None,
-) -> tuple[MemberStats | None, bool]:
-    """One pod's MemberStats from its smoothed figures; PodMetrics (measured by the platform)
+) -> tuple[GrainMemberStats | None, bool]:
+    """One pod's GrainMemberStats from its smoothed figures; PodMetrics (measured by the platform)
     wins over what the worker says about itself, figure by figure."""
     pod_source = member.pod if usage is not None else None
     worker_source = member.worker if worker is not None else None
@@ -591,7 +591,7 @@ def _combine(
         )
     cpu_limit = pod.resources.cpu_limit_cores
     cpu_count = (worker.cpu_count if worker else None) or (math.ceil(cpu_limit) if cpu_limit else 1)
-    stats = MemberStats(
+    stats = GrainMemberStats(
         cpu_usage=max(cpu or 0.0, 0.0),
         memory_usage=100.0 * memory / limit if memory is not None and limit else 0.0,
         available_memory=round(available or 0),

@@ -22,7 +22,7 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from apportion.api.assignment import AssignmentTable, SetRef
+from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion.api.common import WorkloadKind
 from apportion.api.conditions import ConditionType, dump_conditions, set_condition
 from apportion.api.resource import Resource
@@ -123,7 +123,7 @@ class SetLoop:
         self.indexes = indexes
         self.logger = logger
         self.namespace: str = meta["namespace"]
-        self.set_ref = SetRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
+        self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
         self.store = AssignmentStore(api(), self.set_ref, self.config_map)
         self.writers = writers()

@@ -32,7 +32,7 @@ from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.state import PlanBuilder, index_request, target_members
 from apportion.engine.keys import xxh3_hashes
 
-__all__ = ["ANCHORS", "BASELINES", "OrleansModN", "RandomPlacement", "make_anchor"]
+__all__ = ["ANCHORS", "BASELINES", "OrleansModN", "RandomAllocation", "make_anchor"]
 
 _INT31 = np.uint64(0x7FFFFFFF)
 
@@ -65,7 +65,7 @@ class OrleansModN:
         return builder.build(_count_metrics(builder))
 
 
-class RandomPlacement:
+class RandomAllocation:
     """New and orphaned units to a uniformly random eligible member; nothing else moves."""
 
     name = "Random"
@@ -74,7 +74,7 @@ class RandomPlacement:
         self.rng = random.Random(seed)
 
     @classmethod
-    def from_options(cls, spec: Mapping[str, Any]) -> RandomPlacement:
+    def from_options(cls, spec: Mapping[str, Any]) -> RandomAllocation:
         options = Options(cls.name, spec)
         seed = options.integer("seed", 1)
         options.done()
@@ -96,7 +96,10 @@ class RandomPlacement:
 
 
 BASELINES: Mapping[str, Callable[[Mapping[str, Any]], AllocationStrategy]] = MappingProxyType(
-    {OrleansModN.name: OrleansModN.from_options, RandomPlacement.name: RandomPlacement.from_options}
+    {
+        OrleansModN.name: OrleansModN.from_options,
+        RandomAllocation.name: RandomAllocation.from_options,
+    }
 )
 """The ported baselines by spec name."""
 
@@ -106,7 +109,7 @@ ANCHORS: Mapping[str, Mapping[str, Any]] = MappingProxyType(
         "ConsistentHashing": {"name": "ConsistentHashing", "virtualNodes": 10},
         "Dapr ring": {"name": "ConsistentHashing", "virtualNodes": 100},
         "Orleans mod-n": {"name": OrleansModN.name},
-        "random": {"name": RandomPlacement.name, "seed": 1},
+        "random": {"name": RandomAllocation.name, "seed": 1},
     }
 )
 """Every anchor by label, as a spec for :func:`make_anchor`."""

@@ -17,7 +17,7 @@ from apportion.api.assignment import (
     UNOWNED,
     Ack,
     AssignmentTable,
-    Member,
+    Incarnation,
     Release,
     UnitState,
     unit_order,
@@ -181,7 +181,7 @@ def step(
             deadline = state.releasing.since + handoff_timeout
             wake_at = deadline if wake_at is None else min(wake_at, deadline)
 
-    members = tuple(Member(name, live_members[name].uid) for name in sorted(live_members))
+    members = tuple(Incarnation(name, live_members[name].uid) for name in sorted(live_members))
     new_generation = published.generation if generation is None else generation
     changed = changed or members != published.members or new_generation != published.generation
     new_table = None
@@ -276,11 +276,11 @@ class WorkerPlan:
     stop: frozenset[str]
 
 
-def _incarnation(table: AssignmentTable, me: Member) -> bool:
+def _incarnation(table: AssignmentTable, me: Incarnation) -> bool:
     return table.member_uids.get(me.name) == me.uid
 
 
-def owned_units(table: AssignmentTable, me: Member) -> frozenset[str]:
+def owned_units(table: AssignmentTable, me: Incarnation) -> frozenset[str]:
     """Units `me` may take new work for: owner is this very pod incarnation, no release."""
     if not _incarnation(table, me):
         return frozenset()
@@ -291,7 +291,7 @@ def owned_units(table: AssignmentTable, me: Member) -> frozenset[str]:
     )
 
 
-def releasing_units(table: AssignmentTable, me: Member) -> frozenset[str]:
+def releasing_units(table: AssignmentTable, me: Incarnation) -> frozenset[str]:
     """Units `me` still nominally owns but must release and acknowledge."""
     if not _incarnation(table, me):
         return frozenset()
@@ -302,7 +302,7 @@ def releasing_units(table: AssignmentTable, me: Member) -> frozenset[str]:
     )
 
 
-def is_owner(table: AssignmentTable, me: Member, unit: str) -> bool:
+def is_owner(table: AssignmentTable, me: Incarnation, unit: str) -> bool:
     state = table.units.get(unit)
     return (
         state is not None
@@ -312,7 +312,7 @@ def is_owner(table: AssignmentTable, me: Member, unit: str) -> bool:
     )
 
 
-def plan_worker(table: AssignmentTable, me: Member, serving: Mapping[str, int]) -> WorkerPlan:
+def plan_worker(table: AssignmentTable, me: Incarnation, serving: Mapping[str, int]) -> WorkerPlan:
     """The worker rule. `serving`: unit → fencing token, for every unit this process serves
     now, including ones it is finishing for a release. Serve a unit only while the table says
     it is yours under the token you acquired it with."""
@@ -331,7 +331,7 @@ def plan_worker(table: AssignmentTable, me: Member, serving: Mapping[str, int]) 
 
 
 def make_ack(
-    table: AssignmentTable, me: Member, *, pending: Iterable[str] = (), draining: bool = False
+    table: AssignmentTable, me: Incarnation, *, pending: Iterable[str] = (), draining: bool = False
 ) -> Ack:
     """The ack to write after handling `table`: every unit it marks releasing from `me` is
     released except `pending` (units still finishing)."""

@@ -22,7 +22,7 @@ from apportion.api.assignment import (
     Ack,
     AssignmentFormatError,
     AssignmentTable,
-    SetRef,
+    ResourceRef,
 )
 from apportion.api.conditions import Condition, ConditionType, set_condition
 from apportion.api.unitset import MAX_MEMBER_ROWS, MetricsSource, UnitSetSpec
@@ -527,7 +527,7 @@ _BLOCKING = frozenset({"NoMembers", "InvalidStrategy", "InvalidSpec", "WorkloadN
 
 
 def initial_table(
-    set_ref: SetRef, spec: UnitSetSpec, generation: int, epoch: int = 0
+    set_ref: ResourceRef, spec: UnitSetSpec, generation: int, epoch: int = 0
 ) -> AssignmentTable:
     """Nobody owns anything, at `epoch` (the last epoch the status reported, so that a lost
     ConfigMap never makes epochs go backwards)."""

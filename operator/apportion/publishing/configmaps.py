@@ -22,7 +22,7 @@ from apportion.api.assignment import (
     AssignmentTable,
     ConfigMapPayload,
     IncompleteAssignment,
-    SetRef,
+    ResourceRef,
     chunk_suffixes,
     decode_assignment,
     encode_assignment,
@@ -59,7 +59,7 @@ async def write_conditionally(client: AsyncClient, body: ConfigMap, version: str
     return written.metadata.resourceVersion
 
 
-def owner_reference(set_ref: SetRef) -> dict[str, Any]:
+def owner_reference(set_ref: ResourceRef) -> dict[str, Any]:
     """The set as controller of its ConfigMaps, so garbage collection and GitOps tools treat
     them as its children."""
     return {
@@ -75,7 +75,7 @@ def owner_reference(set_ref: SetRef) -> dict[str, Any]:
 class AssignmentStore:
     """Reads and writes the ConfigMaps holding one set's assignment (root `name`)."""
 
-    def __init__(self, client: AsyncClient, set_ref: SetRef, name: str) -> None:
+    def __init__(self, client: AsyncClient, set_ref: ResourceRef, name: str) -> None:
         self.client = client
         self.set_ref = set_ref
         self.name = name

@@ -20,7 +20,7 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.events_v1 import Event
 
 from apportion import API_VERSION
-from apportion.api.assignment import SetRef
+from apportion.api.assignment import ResourceRef
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ EventType = Literal["Normal", "Warning"]
 
 @dataclass(frozen=True, slots=True)
 class SetEvent:
-    set_ref: SetRef
+    set_ref: ResourceRef
     type: EventType
     reason: str
     action: str
@@ -49,7 +49,9 @@ class EventRecorder:
         self._queue: asyncio.Queue[SetEvent] | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def post(self, set_ref: SetRef, type_: EventType, reason: str, action: str, note: str) -> None:
+    def post(
+        self, set_ref: ResourceRef, type_: EventType, reason: str, action: str, note: str
+    ) -> None:
         if self._queue is None:
             self._queue = asyncio.Queue(QUEUE_LIMIT)
             self._task = asyncio.create_task(self._drain(self._queue), name="apportion events")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from apportion.api.assignment import Ack, AssignmentTable, Member
+from apportion.api.assignment import Ack, AssignmentTable, Incarnation
 from apportion.engine.handoff import (
     is_owner,
     make_ack,
@@ -49,7 +49,7 @@ class WorkerState:
     is running.
     """
 
-    def __init__(self, me: Member, kind: str, namespace: str, name: str) -> None:
+    def __init__(self, me: Incarnation, kind: str, namespace: str, name: str) -> None:
         self.me = me
         self.kind = kind
         self.namespace = namespace

@@ -15,7 +15,7 @@ from apportion.api.assignment import (
     Ack,
     AssignmentFormatError,
     AssignmentTable,
-    Member,
+    Incarnation,
     ack_annotation_key,
     unit_order,
 )
@@ -170,7 +170,7 @@ class Worker:
                 f"own Pod {self.namespace}/{self.pod_name} not readable within {timeout:.0f}s"
             ) from None
         self._state = WorkerState(
-            Member(self.pod_name, self.uid), self.kind, self.namespace, self.set_name
+            Incarnation(self.pod_name, self.uid), self.kind, self.namespace, self.set_name
         )
         self._state.written = self._written_ack
         if self.port is not None:

@@ -19,7 +19,7 @@ from apportion.api.placement_table import (
     configmap_name,
 )
 from apportion.controllers.pods import PodFact
-from apportion.engine.grains import LoadShedding, MemberStats
+from apportion.engine.grains import GrainMemberStats, LoadSheddingThresholds
 
 LOAD_AWARE = frozenset(
     {GrainStrategyName.ACTIVATION_COUNT_BASED, GrainStrategyName.RESOURCE_OPTIMIZED}
@@ -35,7 +35,7 @@ def is_default(graintype: GrainType) -> bool:
     return graintype.metadata.name == DEFAULT_GRAIN_TYPE
 
 
-def member_stats(stats: MemberStats, shedding: LoadShedding) -> TableStats:
+def member_stats(stats: GrainMemberStats, shedding: LoadSheddingThresholds) -> TableStats:
     """The published statistics of one member: the collector's smoothed figures (rounded, so
     the table does not carry noise digits), with the load-shedding thresholds applied to the
     overloaded flag so that readers need not know them."""
@@ -59,7 +59,7 @@ def counted_grain_types(graintype: GrainType) -> list[str] | None:
 def build_document(
     graintype: GrainType,
     members: Iterable[PodFact],
-    stats: Mapping[str, MemberStats],
+    stats: Mapping[str, GrainMemberStats],
     *,
     version: int,
     now: datetime,
@@ -67,7 +67,7 @@ def build_document(
     """The table for `members` (compatible pods of the GrainType) and their smoothed
     statistics (members without any are published without `stats`)."""
     spec = graintype.spec
-    shedding = LoadShedding.from_dict(spec.load_shedding.model_dump(by_alias=True))
+    shedding = LoadSheddingThresholds.from_dict(spec.load_shedding.model_dump(by_alias=True))
     meta = graintype.metadata
     table_members = []
     for pod in sorted(members, key=lambda p: p.name):
@@ -102,7 +102,7 @@ def build_document(
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class GrainTypeProblem:
     """Why a GrainType is Degraded (and, when `blocking`, not Ready)."""
 
     reason: str
@@ -118,18 +118,18 @@ def problems(
     conflicts: Mapping[str, Sequence[str]] | None = None,
     error: str | None = None,
     metrics: str = "",
-) -> list[Problem]:
+) -> list[GrainTypeProblem]:
     """What only the operator can judge, most serious first. `conflicts` maps each of this
     GrainType's grain types to the other GrainTypes of the namespace that claim it too;
     `error` is a failure to publish (the last good table stays); `metrics` is the collector's
     account of the load figures."""
-    found: list[Problem] = []
+    found: list[GrainTypeProblem] = []
     if error is not None:
-        found.append(Problem("PublishFailed", error, blocking=True))
+        found.append(GrainTypeProblem("PublishFailed", error, blocking=True))
     members = published.members if published is not None else []
     if not selected:
         found.append(
-            Problem(
+            GrainTypeProblem(
                 "NoMembers",
                 f"no pod matches the selector {graintype.spec.selector.to_query()!r}",
                 blocking=True,
@@ -137,7 +137,7 @@ def problems(
         )
     elif not members:
         found.append(
-            Problem(
+            GrainTypeProblem(
                 "NoCompatibleMembers",
                 f"{len(selected)} pods selected, none Ready: new activations cannot be placed",
                 blocking=True,
@@ -145,7 +145,7 @@ def problems(
         )
     elif all(m.stats is not None and m.stats.overloaded for m in members):
         found.append(
-            Problem(
+            GrainTypeProblem(
                 "AllMembersOverloaded",
                 f"all {len(members)} compatible members are above a load-shedding threshold: "
                 "load-aware strategies place nothing",
@@ -153,7 +153,7 @@ def problems(
         )
     elif graintype.spec.strategy.name in LOAD_AWARE and all(m.stats is None for m in members):
         found.append(
-            Problem(
+            GrainTypeProblem(
                 "NoStatistics",
                 f"no member has reported load yet; {graintype.spec.strategy.name} places at "
                 f"random until one does ({metrics or 'check spec.metrics'})",
@@ -165,7 +165,7 @@ def problems(
             f"{t!r} also claimed by {', '.join(o)}" for t, o in sorted(clashes.items())
         )
         found.append(
-            Problem(
+            GrainTypeProblem(
                 "GrainTypeConflict",
                 f"{text}: workers use the GrainType whose name sorts first",
             )
@@ -177,7 +177,7 @@ def build_status(
     graintype: GrainType,
     selected: Sequence[PodFact],
     published: PlacementTableDocument | None,
-    found: Sequence[Problem],
+    found: Sequence[GrainTypeProblem],
     *,
     conditions: Iterable[Mapping[str, Any]],
     last_publish_time: str | None,

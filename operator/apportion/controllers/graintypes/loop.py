@@ -20,11 +20,11 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
-from apportion.api.assignment import SetRef
+from apportion.api.assignment import ResourceRef
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
 from apportion.controllers.graintypes.document import (
-    Problem,
+    GrainTypeProblem,
     build_document,
     build_status,
     counted_grain_types,
@@ -68,7 +68,7 @@ class GrainTypeLoop:
         self.clock = clock
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
-        self.ref = SetRef("GrainType", self.namespace, self.name, meta["uid"])
+        self.ref = ResourceRef("GrainType", self.namespace, self.name, meta["uid"])
         self.store = PlacementTableStore(api(), self.namespace, self.name)
         self.gate: PublishGate | None = None
         self.last_publish: str | None = None
@@ -110,7 +110,7 @@ class GrainTypeLoop:
         if isinstance(parsed, ValidationError):
             message = f"spec rejected by the operator: {parsed.errors()[0]['msg']}"
             generation = self.body["metadata"].get("generation")
-            found = [Problem("InvalidSpec", message, blocking=True)]
+            found = [GrainTypeProblem("InvalidSpec", message, blocking=True)]
             await self.report(invalid_status(generation, self.conditions(), message), found)
             return RESYNC_SECONDS
         spec = parsed.spec
@@ -186,7 +186,7 @@ class GrainTypeLoop:
     def conditions(self) -> list[Any]:
         return list((self.status or self.body.get("status") or {}).get("conditions") or ())
 
-    async def report(self, status: dict[str, Any], found: Sequence[Problem]) -> None:
+    async def report(self, status: dict[str, Any], found: Sequence[GrainTypeProblem]) -> None:
         """Status (when it changed) and a Warning Event for each problem as it appears."""
         for problem in found:
             if problem.reason not in self.reported:

@@ -61,9 +61,9 @@ from .simulation import (
 )
 from .table import (
     DEFAULT_LOAD_SHEDDING,
-    LoadShedding,
-    Member,
-    MemberStats,
+    GrainMember,
+    GrainMemberStats,
+    LoadSheddingThresholds,
     PlacementTable,
 )
 
@@ -84,14 +84,14 @@ __all__ = [
     "Explanation",
     "FilterStep",
     "GrainFilter",
+    "GrainMember",
+    "GrainMemberStats",
     "GrainSpecError",
     "GrainStrategy",
     "HashBasedPlacement",
     "HashRing",
     "LoadModel",
-    "LoadShedding",
-    "Member",
-    "MemberStats",
+    "LoadSheddingThresholds",
     "NoCompatibleMember",
     "PlacementContext",
     "PlacementError",

@@ -15,7 +15,7 @@ from .context import PlacementContext
 from .errors import GrainSpecError, NoCompatibleMember
 from .explain import Trace
 from .filters import GrainFilter
-from .table import MemberStats, PlacementTable
+from .table import GrainMemberStats, PlacementTable
 
 
 def _eligible_or_fallback(
@@ -229,7 +229,7 @@ def _own_terms(
 
 
 def resource_terms(
-    stats: MemberStats, max_max_available_memory: int, max_activation_count: int
+    stats: GrainMemberStats, max_max_available_memory: int, max_activation_count: int
 ) -> tuple[float, float, float, float, float]:
     """The five normalised terms of Orleans' ResourceOptimized score, each in 0..1, higher =
     busier: cpu, memory usage, 1 - available/max, 1 - max/largest max, count/largest count."""

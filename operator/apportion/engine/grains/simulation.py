@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from .context import PlacementContext
 from .errors import PlacementError
 from .registry import make_grain_strategy
-from .table import Member, MemberStats, PlacementTable
+from .table import GrainMember, GrainMemberStats, PlacementTable
 
 _GIB = 1 << 30
 
@@ -42,9 +42,9 @@ class LoadModel:
     max_available_memory: int = 4 * _GIB
     cpu_count: int = 4
 
-    def stats(self, activations: int) -> MemberStats:
+    def stats(self, activations: int) -> GrainMemberStats:
         memory = min(100.0, activations * self.memory_per_activation)
-        return MemberStats(
+        return GrainMemberStats(
             cpu_usage=min(100.0, activations * self.cpu_per_activation),
             memory_usage=memory,
             available_memory=int(self.max_available_memory * (1.0 - memory / 100.0)),
@@ -140,7 +140,10 @@ def simulate_activations(
     def publish(now: float) -> None:
         nonlocal version
         table = PlacementTable(
-            (Member(name, member_labels[i], load.stats(counts[i])) for i, name in enumerate(names)),
+            (
+                GrainMember(name, member_labels[i], load.stats(counts[i]))
+                for i, name in enumerate(names)
+            ),
             version=version,
         )
         version += 1

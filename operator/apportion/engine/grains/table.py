@@ -12,7 +12,7 @@ _EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
-class MemberStats:
+class GrainMemberStats:
     """Smoothed statistics of one member (the operator smooths CPU and memory with
     `DualModeKalmanFilter` before publishing)."""
 
@@ -38,7 +38,7 @@ class MemberStats:
             raise ValueError("cpu_count must be >= 1")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> MemberStats:
+    def from_dict(cls, data: Mapping[str, Any]) -> GrainMemberStats:
         """Read the camelCase form used in placement tables."""
         return cls(
             cpu_usage=float(data.get("cpuUsage", 0.0)),
@@ -52,25 +52,25 @@ class MemberStats:
 
 
 @dataclass(frozen=True, slots=True)
-class Member:
+class GrainMember:
     """One compatible member (worker pod). `stats` is None until it has reported any."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
-    stats: MemberStats | None = None
+    stats: GrainMemberStats | None = None
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Member:
+    def from_dict(cls, data: Mapping[str, Any]) -> GrainMember:
         stats = data.get("stats")
         return cls(
             name=str(data["name"]),
             labels=MappingProxyType(dict(data.get("labels") or {})),
-            stats=None if stats is None else MemberStats.from_dict(stats),
+            stats=None if stats is None else GrainMemberStats.from_dict(stats),
         )
 
 
 @dataclass(frozen=True, slots=True)
-class LoadShedding:
+class LoadSheddingThresholds:
     """Orleans' load shedding: a member above either threshold is overloaded and load-aware
     strategies place nothing new on it (Orleans `LoadSheddingOptions`, strictly greater than).
     Disabled, only a member's own `overloaded` flag counts."""
@@ -85,7 +85,7 @@ class LoadShedding:
                 raise ValueError("load shedding thresholds are percentages in 0..100")
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> LoadShedding:
+    def from_dict(cls, data: Mapping[str, Any]) -> LoadSheddingThresholds:
         """Read `{enabled, cpuThreshold, memoryThreshold}` (GrainType `spec.loadShedding`)."""
         defaults = cls()
         return cls(
@@ -94,7 +94,7 @@ class LoadShedding:
             enabled=bool(data.get("enabled", True)),
         )
 
-    def is_overloaded(self, stats: MemberStats | None) -> bool:
+    def is_overloaded(self, stats: GrainMemberStats | None) -> bool:
         if stats is None:
             return False
         return stats.overloaded or (
@@ -103,7 +103,7 @@ class LoadShedding:
         )
 
 
-DEFAULT_LOAD_SHEDDING = LoadShedding()
+DEFAULT_LOAD_SHEDDING = LoadSheddingThresholds()
 
 
 class PlacementTable:
@@ -121,21 +121,21 @@ class PlacementTable:
         "version",
     )
 
-    members: tuple[Member, ...]
+    members: tuple[GrainMember, ...]
     names: tuple[str, ...]
     index: Mapping[str, int]
     overloaded: tuple[bool, ...]
     has_stats: tuple[bool, ...]
     activation_counts: tuple[int, ...]
     version: str
-    load_shedding: LoadShedding
+    load_shedding: LoadSheddingThresholds
 
     def __init__(
         self,
-        members: Iterable[Member],
+        members: Iterable[GrainMember],
         *,
         version: str | int = 0,
-        load_shedding: LoadShedding = DEFAULT_LOAD_SHEDDING,
+        load_shedding: LoadSheddingThresholds = DEFAULT_LOAD_SHEDDING,
     ) -> None:
         ordered = tuple(sorted(members, key=lambda m: m.name))
         names = tuple(m.name for m in ordered)
@@ -158,11 +158,11 @@ class PlacementTable:
         """Read `{version, members: [{name, labels, stats: {cpuUsage, ...}}], loadShedding}`."""
         shedding = data.get("loadShedding")
         return cls(
-            (Member.from_dict(m) for m in data.get("members", ())),
+            (GrainMember.from_dict(m) for m in data.get("members", ())),
             version=data.get("version", 0),
             load_shedding=DEFAULT_LOAD_SHEDDING
             if shedding is None
-            else LoadShedding.from_dict(shedding),
+            else LoadSheddingThresholds.from_dict(shedding),
         )
 
     def __len__(self) -> int:
@@ -171,7 +171,7 @@ class PlacementTable:
     def __repr__(self) -> str:
         return f"PlacementTable(version={self.version!r}, members={list(self.names)!r})"
 
-    def member(self, name: str) -> Member:
+    def member(self, name: str) -> GrainMember:
         return self.members[self.index[name]]
 
 
