@@ -10,7 +10,7 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[operator]'
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -20,7 +20,7 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends libxxhash0 \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=builder /wheels /tmp/wheels
-RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels apportion \
+RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels 'apportion[operator]' \
     && rm -rf /tmp/wheels \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin apportion
 USER 10001:10001

@@ -5,13 +5,14 @@ printer columns as `kubectl` shows them."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
 import yaml
 
 from apportion.api import parse_resource, set_condition
-from apportion.api.conditions import dump_conditions
+from apportion.api.conditions import condition_time, dump_conditions
 from apportion.api.unitset import MemberUnits, UnitSetStatus
 
 SELECTOR = {"matchLabels": {"app": "workers"}}
@@ -323,11 +324,12 @@ def test_status_from_the_models_is_accepted_and_shown_in_columns(
     dev_cluster, crds, namespace
 ) -> None:
     apply(dev_cluster, namespace, "PartitionSet", "shown", {"partitions": 32, "selector": SELECTOR})
+    now = condition_time(time.time())
     conditions = set_condition(
-        None, type_="Ready", status=True, reason="Placed", observed_generation=1
+        None, type_="Ready", status=True, reason="Placed", observed_generation=1, now=now
     )
     conditions = set_condition(
-        conditions, type_="Balanced", status=False, reason="Moving", observed_generation=1
+        conditions, type_="Balanced", status=False, reason="Moving", observed_generation=1, now=now
     )
     status = UnitSetStatus(
         observed_generation=1,

@@ -553,6 +553,12 @@ def test_a_spec_change_is_published_at_once_and_followed_by_workers(fleet, wait_
         "-p",
         json.dumps({"spec": {"strategy": {"name": "SiloRoleBased"}}}),
     )
+    # The patch returns before the operator's pass: the table of the new generation is next.
+    wait_for(
+        lambda: (t := fleet.table("local")) is not None and t.grain_type.generation == 2,
+        timeout=30,
+        message="no placement table for generation 2",
+    )
     after = fleet.wait_until_workers_see("local", wait_for)
     assert after > before
     table = fleet.table("local")

@@ -141,3 +141,17 @@ def test_the_contract_sees_imports_inside_functions() -> None:
     """The checker must be able to fail: a lazy import inside a function counts."""
     assert "apportion.grains.watch" in GRAPH["apportion.grains.director"]
     assert "apportion.engine.allocation.registry" in GRAPH["apportion.engine.allocation.from_spec"]
+
+
+OPERATOR_ONLY = {"kopf"}
+"""The `operator` extra: what only the operator's process imports, so that a worker image with
+`pip install apportion` (no extras) runs every other module."""
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: module_name(p))
+def test_only_the_operator_needs_the_operator_extra(source: Path) -> None:
+    importer = module_name(source)
+    if layer(importer) == "controllers" or importer == "apportion.cli.operator":
+        return
+    needs = {name for name in GRAPH[importer] if name.split(".")[0] in OPERATOR_ONLY}
+    assert not needs, f"{importer} imports {sorted(needs)}: only the operator may need kopf"

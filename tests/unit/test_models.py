@@ -283,7 +283,7 @@ def test_condition_wire_form() -> None:
 
 def test_condition_reason_must_be_camel_case() -> None:
     with pytest.raises(ValidationError):
-        set_condition(None, type_="Ready", status=True, reason="not ok")
+        set_condition(None, type_="Ready", status=True, reason="not ok", now=T0)
 
 
 def test_compact_wire_form_and_full_patch_form() -> None:

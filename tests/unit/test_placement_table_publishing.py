@@ -155,7 +155,9 @@ def test_a_resumed_gate_writes_nothing_that_did_not_change() -> None:
 
 def status_of(gt, selected, doc, **kw):
     found = problems(gt, selected, doc, **kw)
-    return found, build_status(gt, selected, doc, found, conditions=[], last_publish_time="T")
+    return found, build_status(
+        gt, selected, doc, found, conditions=[], now=NOW, last_publish_time="T"
+    )
 
 
 def condition(status, type_):

@@ -28,6 +28,9 @@ from apportion.engine.unitset import (
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 
+NOW = 1_700_000_000.0
+"""The pass's clock; the engine reads no other."""
+
 
 def pset(**spec: Any) -> Any:
     body = {"partitions": 32, "selector": {"matchLabels": {"app": "w"}}, **spec}
@@ -196,12 +199,14 @@ def test_no_members_keeps_the_published_table_and_says_why(spec, balanced4) -> N
     result = run(spec, balanced4, [])
     assert result.decision is None and result.new_table is None
     assert [p.reason for p in result.problems] == ["NoMembers"]
-    status = unit_set_status(StatusInput(balanced4, result, [], 1, "cm"))
+    status = unit_set_status(StatusInput(balanced4, result, [], 1, "cm", NOW))
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Degraded"]["status"] == "True"
     assert conditions["Degraded"]["reason"] == "NoMembers"
     assert conditions["Ready"]["status"] == "False"
     assert status["epoch"] == balanced4.epoch
+    # The pass's clock stamps the transitions: 1.7e9 s after the epoch is this instant.
+    assert {c["lastTransitionTime"] for c in status["conditions"]} == {"2023-11-14T22:13:20Z"}
 
 
 def test_a_pod_no_longer_selected_hands_its_units_off(spec, balanced4) -> None:
@@ -290,7 +295,7 @@ def test_status_of_a_balanced_set() -> None:
     table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
     members = workers(4)
     result = run(spec, table, members)
-    status = unit_set_status(StatusInput(table, result, members, 1, "demo-cm", last_round=0.0))
+    status = unit_set_status(StatusInput(table, result, members, 1, "demo-cm", NOW, last_round=0.0))
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions == {
         "Ready": ("True", "Assigned"),
@@ -308,7 +313,7 @@ def test_status_while_handing_off() -> None:
     spec = pset()
     table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
     result = run(spec, table, workers(5))
-    status = unit_set_status(StatusInput(result.new_table, result, workers(5), 1, "cm"))
+    status = unit_set_status(StatusInput(result.new_table, result, workers(5), 1, "cm", NOW))
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions["Balanced"] == ("False", "HandoffInProgress")
     assert conditions["Progressing"] == ("True", "HandoffInProgress")
@@ -351,7 +356,7 @@ def test_not_balanced_while_a_member_is_starting() -> None:
     members = [*workers(4), PodView("w-4", "uid-w-4", ready=False)]
     result = run(spec, table, members)
     assert result.new_table is not None and not result.kept, "w-4 joins, takes nothing yet"
-    status = unit_set_status(StatusInput(result.new_table, result, members, 1, "cm"))
+    status = unit_set_status(StatusInput(result.new_table, result, members, 1, "cm", NOW))
     (balanced,) = [c for c in status["conditions"] if c["type"] == "Balanced"]
     assert (balanced["status"], balanced["reason"]) == ("False", "MembersNotReady")
     assert balanced["message"] == "waiting for 1 member(s): w-4"

@@ -78,9 +78,11 @@ Conditions = Annotated[
 ]
 
 
-def _now() -> datetime:
-    # API servers store metav1.Time at second precision; match it so comparisons are stable.
-    return datetime.now(UTC).replace(microsecond=0)
+def condition_time(seconds: float) -> datetime:
+    """A transition time from the caller's clock (Unix seconds), at the second precision the API
+    server stores metav1.Time with, so comparisons with what it returns are stable. The caller
+    owns the clock; nothing here reads one."""
+    return datetime.fromtimestamp(int(seconds), UTC)
 
 
 def _as_condition(value: Condition | Mapping[str, Any]) -> Condition:
@@ -110,7 +112,7 @@ def set_condition(
     reason: str,
     message: str = "",
     observed_generation: int | None = None,
-    now: datetime | None = None,
+    now: datetime,
 ) -> list[Condition]:
     """Return `conditions` with `type_` set; the input is left untouched.
 
@@ -132,9 +134,7 @@ def set_condition(
                     "reason": reason,
                     "message": message,
                     "observed_generation": observed_generation,
-                    "last_transition_time": (now or _now())
-                    if changed
-                    else current.last_transition_time,
+                    "last_transition_time": now if changed else current.last_transition_time,
                 }
             )
         result.append(current)
@@ -146,7 +146,7 @@ def set_condition(
                 reason=reason,
                 message=message,
                 observed_generation=observed_generation,
-                last_transition_time=now or _now(),
+                last_transition_time=now,
             )
         )
     return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -48,6 +49,14 @@ def run(args: argparse.Namespace) -> int:
     import asyncio
     import logging
 
+    try:
+        import kopf  # noqa: F401
+    except ImportError:
+        print(
+            "apportion operator: kopf is not installed: pip install 'apportion[operator]'",
+            file=sys.stderr,
+        )
+        return 2
     if args.priority is not None and not args.peering:
         args.parser.error("--priority needs --peering NAME")
     if args.peering and any(ch in ns for ns in args.namespaces or () for ch in "*?[!"):

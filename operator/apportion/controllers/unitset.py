@@ -24,7 +24,12 @@ from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion.api.common import WorkloadKind
-from apportion.api.conditions import ConditionType, dump_conditions, set_condition
+from apportion.api.conditions import (
+    ConditionType,
+    condition_time,
+    dump_conditions,
+    set_condition,
+)
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
 from apportion.controllers.metrics import MetricsCollector
@@ -365,6 +370,7 @@ class SetLoop:
         nothing is placed, the published table stands."""
         previous = (self.status or self.body.get("status") or {}).get("conditions") or ()
         conditions = previous
+        now = condition_time(time.time())
         for type_, value, reason in (
             (ConditionType.READY, False, "InvalidSpec"),
             (ConditionType.DEGRADED, True, "InvalidSpec"),
@@ -376,6 +382,7 @@ class SetLoop:
                 reason=reason,
                 message=message,
                 observed_generation=self.generation,
+                now=now,
             )
         status = {"observedGeneration": self.generation, "conditions": dump_conditions(conditions)}
         if "InvalidSpec" not in self.reported:
@@ -412,6 +419,7 @@ class SetLoop:
                 pods=pods,
                 generation=self.generation,
                 config_map=self.config_map if self.exists else None,
+                now=now,
                 conditions=previous,
                 last_round=self.last_round,
                 metrics_source=source,

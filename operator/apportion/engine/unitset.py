@@ -24,7 +24,7 @@ from apportion.api.assignment import (
     AssignmentTable,
     ResourceRef,
 )
-from apportion.api.conditions import Condition, ConditionType, set_condition
+from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
 from apportion.api.unitset import MAX_MEMBER_ROWS, MetricsSource, UnitSetSpec
 from apportion.engine.allocation import (
     AllocationError,
@@ -400,12 +400,13 @@ class StatusInput:
     pods: Sequence[PodView]
     generation: int
     config_map: str | None
+    now: float
+    """The pass's clock (Unix seconds): condition transition times; the engine reads none."""
     conditions: Sequence[Condition | Mapping[str, Any]] = ()
     last_round: float | None = None
     metrics_source: MetricsSource = MetricsSource.COUNTS
     loads: Mapping[str, float] | None = None
     extra_problems: Sequence[Problem] = ()
-    now: datetime | None = None
 
 
 def unit_set_status(s: StatusInput) -> dict[str, Any]:
@@ -517,7 +518,7 @@ def _conditions(
             reason=reason,
             message=message,
             observed_generation=s.generation,
-            now=s.now,
+            now=condition_time(s.now),
         )
     return conditions
 

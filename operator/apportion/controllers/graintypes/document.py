@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from apportion.api.conditions import ConditionType, dump_conditions, set_condition
+from apportion.api.conditions import ConditionType, condition_time, dump_conditions, set_condition
 from apportion.api.graintype import DEFAULT_GRAIN_TYPE, GrainStrategyName, GrainType
 from apportion.api.placement_table import (
     GrainTypeRef,
@@ -180,6 +180,7 @@ def build_status(
     found: Sequence[GrainTypeProblem],
     *,
     conditions: Iterable[Mapping[str, Any]],
+    now: datetime,
     last_publish_time: str | None,
 ) -> dict[str, Any]:
     """The status patch: counts, table reference and conditions (updated from `conditions`, the
@@ -204,6 +205,7 @@ def build_status(
         reason=ready[1],
         message=ready[2],
         observed_generation=generation,
+        now=condition_time(now.timestamp()),
     )
     worst = found[0] if found else None
     conditions = set_condition(
@@ -213,6 +215,7 @@ def build_status(
         reason=worst.reason if worst else "AsExpected",
         message="; ".join(p.message for p in found) if found else "",
         observed_generation=generation,
+        now=condition_time(now.timestamp()),
     )
     name = graintype.metadata.name or ""
     return {
@@ -228,7 +231,11 @@ def build_status(
 
 
 def invalid_status(
-    generation: int | None, conditions: Iterable[Mapping[str, Any]], message: str
+    generation: int | None,
+    conditions: Iterable[Mapping[str, Any]],
+    message: str,
+    *,
+    now: datetime,
 ) -> dict[str, Any]:
     """A spec the API server accepted but the models reject (CRD/operator version skew):
     nothing new is published, the last table stands."""
@@ -240,5 +247,6 @@ def invalid_status(
             reason="InvalidSpec",
             message=message,
             observed_generation=generation,
+            now=condition_time(now.timestamp()),
         )
     return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}

@@ -106,12 +106,14 @@ class GrainTypeLoop:
 
     async def reconcile(self) -> float:
         """One pass; returns the seconds until the next one is due although nothing changes."""
+        wall = datetime.now(UTC)
         parsed = self.parse()
         if isinstance(parsed, ValidationError):
             message = f"spec rejected by the operator: {parsed.errors()[0]['msg']}"
             generation = self.body["metadata"].get("generation")
             found = [GrainTypeProblem("InvalidSpec", message, blocking=True)]
-            await self.report(invalid_status(generation, self.conditions(), message), found)
+            status = invalid_status(generation, self.conditions(), message, now=wall)
+            await self.report(status, found)
             return RESYNC_SECONDS
         spec = parsed.spec
         interval = spec.publish.interval.total_seconds()
@@ -128,7 +130,7 @@ class GrainTypeLoop:
         )
         now = self.clock()
         candidate = build_document(
-            parsed, members, report.member_stats, version=gate.next_version, now=datetime.now(UTC)
+            parsed, members, report.member_stats, version=gate.next_version, now=wall
         )
         decision = gate.consider(
             candidate,
@@ -165,6 +167,7 @@ class GrainTypeLoop:
             gate.published,
             found,
             conditions=self.conditions(),
+            now=wall,
             last_publish_time=self.last_publish
             or (self.status or self.body.get("status") or {}).get("lastPublishTime"),
         )
