@@ -10,6 +10,7 @@ import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -93,6 +94,17 @@ class Terminal:
     def ctrl_c(self) -> None:
         os.write(self.master, b"\x03")
 
+    def stop(self) -> None:
+        """After a failed check: close the terminal, as a user closing the window would (the
+        kernel sends SIGHUP to its foreground process group, the demo, which then stops
+        everything it started), then SIGKILL whatever is left of make's process group."""
+        os.close(self.master)
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
     def wait(self, timeout: float) -> int:
         deadline = time.monotonic() + timeout
         while self.process.poll() is None and time.monotonic() < deadline:
@@ -143,12 +155,11 @@ def test_make_demo_runs_three_kinds_under_traffic_and_ctrl_c_stops_it_cleanly() 
         state_dir = Path(kubeconfig[1]).parent
         demo = Demo(Path(kubeconfig[1]), Path(re.search(r"export PATH=(\S+?):", output)[1]))
         demo.check_three_kinds_under_traffic(state_dir)
-        demo.check_hot_partition_gets_a_pod_of_its_own()
+        demo.check_hot_partition_is_relieved()
         terminal.ctrl_c()
         status = terminal.wait(timeout=120)
     finally:
-        if terminal.process.poll() is None:
-            terminal.process.kill()
+        terminal.stop()
     assert status == 0, terminal.text[-3000:]
     assert terminal.text.rstrip().endswith(
         "[demo] stopped on request: the operator, the workers and the cluster are gone"
@@ -211,6 +222,9 @@ class Demo:
             return None
 
         self.until(three_kinds_ready_and_loaded, timeout=180)
+        # Workers report no unit's load before they own one: that is no fault to warn about.
+        warnings = self.get("events", "--field-selector", "type=Warning")["items"]
+        assert [e["message"] for e in warnings if e["reason"] == "MetricsUnavailable"] == []
         # Grain activations spread over the web silos by ActivationCountBased: each has some.
         silos = {
             pod["metadata"]["name"]: pod
@@ -237,9 +251,11 @@ class Demo:
 
         self.until(the_generator_reports_answered_requests, timeout=60)
 
-    def check_hot_partition_gets_a_pod_of_its_own(self) -> None:
+    def check_hot_partition_is_relieved(self) -> None:
         """With skew 2 the hottest key draws 1/zeta(2) = 61 % of the partition traffic, more
-        than a pod's fair share (25 %): Balanced moves the other partitions off its pod."""
+        than a pod's fair share (25 %): Balanced moves the other partitions off its pod until
+        the pod is within the sample's 20 % tolerance of that partition's load, which leaves it
+        far fewer partitions than the 8 a count-based placement gives every pod."""
         subprocess.run(
             [
                 str(self.kubectl_dir / "kubectl"),
@@ -258,16 +274,17 @@ class Demo:
         )
         hot = str(fnv1a_32("demo-0") % 32)
 
-        def hot_partition_alone() -> str | None:
+        def hot_partition_relieved() -> str | None:
             table = json.loads(
                 self.get("configmap", "demo-partitionset-assignment")["data"]["assignments.json"]
             )
             assert table["layout"] == "map", table["layout"]
             owner = table["units"][hot]
             beside = sorted(u for u, pod in table["units"].items() if pod == owner and u != hot)
-            return f"{owner} serves {beside} beside hot partition {hot}" if beside else None
+            fair = 32 // len(set(table["units"].values()))
+            return None if len(beside) + 1 < fair / 2 else f"{owner} serves {beside} beside {hot}"
 
-        self.until(hot_partition_alone, timeout=240)
+        self.until(hot_partition_relieved, timeout=240)
 
 
 def test_a_kubeconfig_that_does_not_answer_is_an_error(tmp_path: Path) -> None:

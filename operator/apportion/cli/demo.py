@@ -82,10 +82,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # SIGTERM unwinds like Ctrl-C (even where a parent left SIGINT ignored): the operator and
-    # the cluster are stopped either way, in order.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM and SIGHUP (the terminal closed) unwind like Ctrl-C (even where a parent left
+    # SIGINT ignored): the operator and the cluster are stopped either way, in order.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     try:
         with _terminal_foreground(), _cluster(args.kubeconfig) as target:
             _install(target, args.namespace)
@@ -111,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _interrupt(signum: int, frame: object) -> None:
     # A second Ctrl-C while stopping must not cut the clean-up short.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for ignored in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ignored, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -153,7 +153,10 @@ def _set_foreground(tty: int, group: int) -> None:
 
 
 def _say(message: str) -> None:
-    print(f"[demo] {message}", flush=True)
+    # After a hang-up the terminal refuses writes: stopping everything matters more than
+    # saying so.
+    with contextlib.suppress(OSError):
+        print(f"[demo] {message}", flush=True)
 
 
 # ------------------------------------------------------------------------------- the cluster

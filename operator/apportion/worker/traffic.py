@@ -11,7 +11,7 @@ the skew of web and key-value traffic: Breslau et al., "Web caching and Zipf-lik
 distributions", INFOCOM 1999). s = 0 is uniform.
 
 A ConfigMap steers it while it runs (every data key optional; a bad value is reported and the
-default used): `rate` requests per second over all unit sets (40), `skew` the exponent s (1.2),
+default used): `rate` requests per second over all unit sets (100), `skew` the exponent s (1.2),
 `keys` distinct keys per set (1000), `grainRate` activations per second per GrainType (2),
 `grainLifetime` seconds (30), `paused` ("true" stops all traffic).
 """
@@ -54,7 +54,7 @@ REQUEST_TIMEOUT = aiohttp.ClientTimeout(total=5)
 class TrafficSettings:
     """What the user steers through the ConfigMap; the data keys are the camelCase names."""
 
-    rate: float = 40.0
+    rate: float = 100.0
     skew: float = 1.2
     keys: int = 1000
     grain_rate: float = 2.0
