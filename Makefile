@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds
+.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds tutorial-pictures
 
 setup: native-deps $(VENV)/.installed
 
@@ -44,3 +44,11 @@ lint: setup
 
 crds: setup
 	$(BIN)/apportion crds --output crds
+
+# The pictures of docs/tutorial.md: the simulator's per-pod load over the tutorial's scenarios,
+# on the demo's fleet (32 partitions, 4 pods). Seeded: the same command draws the same pictures.
+TUTORIAL := docs/tutorial
+tutorial-pictures: setup
+	$(BIN)/apportion simulate scale-out --units 32 --members 4 --steps 1 --plot-members $(TUTORIAL)/scale-out.png
+	$(BIN)/apportion simulate hot-key --units 32 --members 4 --plot-members $(TUTORIAL)/hot-key.png
+	$(BIN)/apportion simulate rolling-update --units 32 --members 4 --plot-members $(TUTORIAL)/rolling-update.png

@@ -5,11 +5,13 @@ kept untouched, and placement resumes when members reappear."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 from unitset_support import (
     apply,
     condition,
     counts,
+    demo_worker,
     events,
     get,
     is_true,
@@ -87,3 +89,44 @@ def test_missing_workload_is_reported_and_nothing_is_published(
     assert read_table(kubectl, namespace, "ShardSet", "lost") is None
     printed = kubectl("get", "-n", namespace, "sset", "lost", "-o", "wide").stdout
     assert "WorkloadNotFound" in printed
+
+
+def test_workers_that_never_report_load_degrade_after_two_scrapes_not_before(
+    operator, namespace, kubectl, wait_for
+) -> None:
+    """Workers report a unit's load once they serve it, so the first moments of a set with
+    `metrics.scrape` have none: counting units then is no fault. Workers that still report
+    nothing two scrapes later (here: `--load-profile none`) are one: Degraded, with a Warning."""
+    command = [*demo_worker("PartitionSet", "quiet"), "--load-profile", "none"]
+    apply(kubectl, namespace, workers("q", 2, command=command, grace=1))
+    spec = {
+        "partitions": 4,
+        "selector": {"matchLabels": {"app": "q"}},
+        "metrics": {"podMetrics": False, "scrape": {"port": "metrics", "interval": "5s"}},
+    }
+    apply(kubectl, namespace, unit_set("PartitionSet", "quiet", spec))
+
+    def ready() -> dict | None:
+        obj = get(kubectl, namespace, "pset", "quiet")
+        return obj if is_true(obj, "Ready") and obj["status"].get("members") == 2 else None
+
+    first = wait_for(ready, 60, "Ready over both workers")
+    assert not is_true(first, "Degraded"), condition(first, "Degraded")
+    grace = 2 * 5 + 2  # two scrape intervals and the scrape timeout (2s by default)
+    created = _seconds(first["metadata"]["creationTimestamp"])
+
+    def degraded() -> dict | None:
+        obj = get(kubectl, namespace, "pset", "quiet")
+        return obj if is_true(obj, "Degraded") else None
+
+    obj = wait_for(degraded, 90, "Degraded for workers that report no load")
+    assert condition(obj, "Degraded")["reason"] == "MetricsUnavailable"
+    assert 'apportion_unit_load{set="quiet"}' in condition(obj, "Degraded")["message"]
+    assert _seconds(condition(obj, "Degraded")["lastTransitionTime"]) >= created + grace - 1
+    assert obj["status"]["metricsSource"] != "WorkerLoad"
+    warnings = [e for e in events(kubectl, namespace, "quiet") if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["MetricsUnavailable"]
+
+
+def _seconds(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

@@ -30,6 +30,7 @@ STEP_KEYS = {
     "movedLoad",
     "stranded",
     "notes",
+    "memberLoads",
 }
 
 
@@ -126,6 +127,48 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(data) > 10_000
+
+
+def test_member_loads_follow_a_scale_out(capsys: pytest.CaptureFixture[str]) -> None:
+    """32 units on 4 pods, then a fifth joins: every pod holds its floor-or-ceiling share of the
+    32 (6 or 7), and the start is 8 each."""
+    (scenario,) = simulate_json(
+        capsys, "scale-out", "--units", "32", "--members", "4", "--steps", "1"
+    )["scenarios"]
+    (run,) = scenario["runs"]
+    assert run["initial"]["memberLoads"] == {f"worker-{i}": 8.0 for i in range(4)}
+    (step,) = run["steps"]
+    after = step["memberLoads"]
+    assert set(after) == {f"worker-{i}": 0 for i in range(5)}.keys()
+    assert sum(after.values()) == 32
+    assert set(after.values()) <= {6.0, 7.0}
+
+
+def test_member_loads_sum_to_the_total_load(capsys: pytest.CaptureFixture[str]) -> None:
+    (scenario,) = simulate_json(capsys, "hot-key", *SMALL)["scenarios"]
+    for row in scenario["runs"][0]["steps"]:
+        assert row["stranded"] == 0
+        # max/mean of these loads is the step's load max/mean (all members eligible here)
+        loads = list(row["memberLoads"].values())
+        mean = sum(loads) / len(loads)
+        assert max(loads) / mean == pytest.approx(row["loadMaxMean"], rel=1e-4)
+
+
+def test_plot_members_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra is part of the dev install")
+    path = tmp_path / "members.png"
+    assert main(["simulate", "scale-out", "--plot-members", str(path), *SMALL]) == 0
+    assert f"plot written to {path}" in capsys.readouterr().out
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_members_of_grains_alone_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib", reason="the plot extra is part of the dev install")
+    path = tmp_path / "members.png"
+    assert main(["simulate", "grains", "--plot-members", str(path), *SMALL]) == 2
+    assert "the grains scenario has none" in capsys.readouterr().err
 
 
 def test_plot_without_matplotlib_fails_before_simulating(

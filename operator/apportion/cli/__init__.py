@@ -22,6 +22,7 @@ SUBCOMMANDS = (
     "explain",
     "demo",
     "demo-worker",
+    "demo-traffic",
 )
 
 

@@ -3,8 +3,10 @@
 Builds what is missing and starts a local dev-cluster — or uses the cluster of --kubeconfig /
 $KUBECONFIG when it answers — installs the CRDs and the worker role, runs the operator, applies
 manifests/samples/ (a PartitionSet of 32 partitions over a 4-pod StatefulSet of demo workers, a
-ShardSet of 1000 shards over 3), waits until both are Balanced and prints what to try in another
-shell. Ctrl-C stops the operator and the dev-cluster (on a cluster of yours: removes the samples).
+ShardSet of 1000 shards over 3, two GrainTypes over 4 grain silos, and a load generator sending
+Zipf-skewed traffic to all three), waits until the sets are Balanced and the GrainTypes Ready and
+prints what to try in another shell (docs/tutorial.md walks through it). Ctrl-C stops the
+operator and the dev-cluster (on a cluster of yours: removes the samples) and exits 0.
 """
 
 from __future__ import annotations
@@ -28,9 +30,20 @@ if TYPE_CHECKING:
     from apportion.devcluster import DevCluster
 
 REPO = Path(__file__).resolve().parents[3]
-SAMPLES = ("partitionset-demo.yaml", "shardset-demo.yaml")
-SETS = (("partitionset", "demo"), ("shardset", "carts"))
+SAMPLES = (
+    "partitionset-demo.yaml",
+    "shardset-demo.yaml",
+    "graintype-demo.yaml",
+    "traffic-demo.yaml",
+)
+SETS = (
+    ("partitionset", "demo"),
+    ("shardset", "carts"),
+    ("graintype", "cart"),
+    ("graintype", "report"),
+)
 WORKERS = "demo-workers"
+TRAFFIC = "demo-traffic"
 CRD_NAMES = tuple(f"crd/{p}.apportion.dev" for p in ("graintypes", "partitionsets", "shardsets"))
 
 
@@ -69,12 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # SIGTERM unwinds like Ctrl-C (even where a parent left SIGINT ignored): the operator and
-    # the cluster are stopped either way, in order.
-    signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, _interrupt)
+    # SIGTERM and SIGHUP (the terminal closed) unwind like Ctrl-C (even where a parent left
+    # SIGINT ignored): the operator and the cluster are stopped either way, in order.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _interrupt)
     try:
-        with _cluster(args.kubeconfig) as target:
+        with _terminal_foreground(), _cluster(args.kubeconfig) as target:
             _install(target, args.namespace)
             with _operator(target, args.namespace) as operator:
                 _wait_balanced(target, args.namespace, operator, args.timeout)
@@ -88,19 +101,62 @@ def run(args: argparse.Namespace) -> int:
                     f"the operator exited ({operator.process.returncode}){operator.tail()}"
                 )
     except KeyboardInterrupt:
-        _say("stopped")
-        return 130
+        # Stopping on request is the demo's normal end, not a failure of `make demo`.
+        _say("stopped on request: the operator, the workers and the cluster are gone")
+        return 0
     except DemoError as error:
         print(f"apportion demo: {error}", file=sys.stderr, flush=True)
         return 1
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    # A second Ctrl-C while stopping must not cut the clean-up short.
+    for ignored in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(ignored, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
+@contextlib.contextmanager
+def _terminal_foreground() -> Iterator[None]:
+    """Makes the demo the terminal's foreground process group while it runs, so that Ctrl-C
+    reaches the demo alone: `make demo` then sees it exit 0 instead of dying of the same SIGINT
+    itself (GNU make re-raises it and ends with status 130). Without a terminal: nothing."""
+    try:
+        tty = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    except OSError:
+        yield
+        return
+    try:
+        before = os.tcgetpgrp(tty)
+        if before != os.getpgrp():
+            yield  # started in the background: the terminal is not ours to take
+            return
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+        _set_foreground(tty, os.getpgrp())
+        try:
+            yield
+        finally:
+            _set_foreground(tty, before)
+    finally:
+        os.close(tty)
+
+
+def _set_foreground(tty: int, group: int) -> None:
+    # A process group that is not in the foreground gets SIGTTOU for tcsetpgrp.
+    previous = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(tty, group)
+    finally:
+        signal.signal(signal.SIGTTOU, previous)
+
+
 def _say(message: str) -> None:
-    print(f"[demo] {message}", flush=True)
+    # After a hang-up the terminal refuses writes: stopping everything matters more than
+    # saying so.
+    with contextlib.suppress(OSError):
+        print(f"[demo] {message}", flush=True)
 
 
 # ------------------------------------------------------------------------------- the cluster
@@ -266,7 +322,7 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
 
 
 def _wait_balanced(target: Target, namespace: str, operator: Operator, timeout: float) -> None:
-    _say("waiting until " + " and ".join(f"{k}/{n}" for k, n in SETS) + " are Balanced")
+    _say("waiting until the sets are Balanced and the grain types Ready")
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
@@ -299,10 +355,14 @@ def _set_state(target: Target, namespace: str, kind: str, name: str) -> tuple[bo
             return f"{type_}=?"
         return f"{type_}={c['status']}" + ("" if c["status"] == "True" else f" ({c['reason']})")
 
+    members = status.get("members", 0)
+    if kind == "graintype":
+        # A GrainType is never "balanced": activations are placed one by one, by its table.
+        done = current and conditions.get("Ready", {}).get("status") == "True"
+        return done, f"{kind}/{name}: {show('Ready')}, {members} members"
     # Balanced over every replica of the workload, not over the first pods that came up.
     workload = (obj.get("spec") or {}).get("workloadRef") or {}
     replicas = _replicas(target, namespace, workload)
-    members = status.get("members", 0)
     done = (
         current
         and all(conditions.get(t, {}).get("status") == "True" for t in ("Ready", "Balanced"))
@@ -342,27 +402,46 @@ def _until(condition: Any, timeout: float, message: str) -> None:
 
 
 def _instructions(target: Target, namespace: str) -> str:
+    from apportion.api.placement_table import configmap_name
     from apportion.api.unitset import assignment_config_map
 
     ns = "" if namespace == "default" else f" -n {namespace}"
     table = assignment_config_map("PartitionSet", "demo")
+    placement = configmap_name("cart")
+    apportion = _apportion_command()
+    patch = "kubectl patch configmap " + TRAFFIC + ns + " --type merge -p '{\"data\": {%s}}'"
     steps: list[tuple[str, str]] = [
-        (f"kubectl get apportion{ns}", "the sets: Ready, Balanced, members, epoch"),
-        (f"kubectl describe partitionset demo{ns}", "conditions, units per pod, Events"),
+        (f"kubectl get apportion{ns}", "the three kinds: Ready, Balanced, members, epoch"),
+        (f"kubectl describe partitionset demo{ns}", "conditions, units and load per pod, Events"),
         (
             f"kubectl get configmap {table}{ns} -o jsonpath='{{.data.assignments\\.json}}'",
             "the assignment workers read",
         ),
-        (f"kubectl scale statefulset {WORKERS}{ns} --replicas=5", "a fifth worker..."),
-        (f"kubectl get partitionset demo{ns} -w", "...and the rebalance: 8 each → 7/7/6/6/6"),
         (
-            f"{_apportion_command()} locate --scheme netherite --count 32 order-17 'customer!5'",
+            f"kubectl get partitionset demo{ns} -o jsonpath='{{.status.memberUnits}}'",
+            "partitions and requests per second on each pod, from the traffic",
+        ),
+        (patch % '"skew": "2"', "hotter keys: Balanced moves partitions off the hot pod"),
+        (patch % '"paused": "true"', 'no traffic ("false" to resume)'),
+        (f"kubectl scale statefulset {WORKERS}{ns} --replicas=5", "a fifth worker..."),
+        (f"kubectl get partitionset demo{ns} -w", "...and the rebalance by load"),
+        (
+            f"{apportion} locate --scheme netherite --count 32 demo-17 'customer!5'",
             "the partition of an ID",
+        ),
+        (f"kubectl get graintypes{ns} -o wide", "the grain types: members, table version"),
+        (
+            f"kubectl get configmap {placement}{ns} -o jsonpath='{{.data.placement\\.json}}'",
+            "the placement table the silos place cart grains by",
+        ),
+        (
+            f"{apportion} explain grain cart cart-17{ns}",
+            "where a new cart activation would go now, and why",
         ),
     ]
     pod = _pod_ip(target, namespace, f"{WORKERS}-0")
     if pod:
-        steps.append((f"curl http://{pod}:8080/key/order-17", "200 if served here, else 421"))
+        steps.append((f"curl http://{pod}:8080/key/demo-17", "200 if served here, else 421"))
     if target.local is not None:
         logs = target.local.pod_log_path(namespace, f"{WORKERS}-0").parent
         steps.append(

@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="FILE.png",
         help="draw max/mean and cumulative moves per step (needs matplotlib: apportion[plot])",
     )
+    parser.add_argument(
+        "--plot-members",
+        metavar="FILE.png",
+        help="draw each member's load (or units) after every step, per scenario, for the "
+        "first strategy (needs matplotlib)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -121,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         names = _check(args)
         strategies = _strategies(args)
-        if args.plot is not None:
+        if args.plot is not None or args.plot_members is not None:
             _need_matplotlib()
         results: list[dict[str, Any]] = []
         for name in names:
@@ -156,14 +162,16 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_text(document)
-    if args.plot is not None:
+    for path, draw in ((args.plot, _plot), (args.plot_members, _plot_members)):
+        if path is None:
+            continue
         try:
-            _plot(document, args.plot)
+            draw(document, path)
         except (OSError, ValueError) as exc:
-            print(f"{PROG}: cannot write {args.plot}: {exc}", file=sys.stderr)
+            print(f"{PROG}: cannot write {path}: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
         if not args.json:
-            print(f"plot written to {args.plot}")
+            print(f"plot written to {path}")
     return 0
 
 
@@ -298,18 +306,65 @@ def _print_grains(scenario: Mapping[str, Any]) -> None:
 
 
 def _plot(document: Mapping[str, Any], path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     scenarios = document["scenarios"]
-    fig, axes = plt.subplots(len(scenarios), 2, figsize=(12, 3.2 * len(scenarios)), squeeze=False)
+    fig, axes = _figure(len(scenarios), 2, height=3.2)
     for (left, right), scenario in zip(axes, scenarios, strict=True):
         if scenario["kind"] == "grains":
             _plot_grains(left, right, scenario)
         else:
             _plot_allocation(left, right, scenario)
+    _save(fig, document, path)
+
+
+def _plot_members(document: Mapping[str, Any], path: str) -> None:
+    """One panel per unit scenario: each member's load (or unit count) after every step, as a
+    user would watch `kubectl get partitionset -o jsonpath={.status.memberUnits}` over time."""
+    from matplotlib.ticker import MaxNLocator
+
+    scenarios = [s for s in document["scenarios"] if s["kind"] == "allocation"]
+    if not scenarios:
+        raise ValueError("--plot-members draws unit scenarios; the grains scenario has none")
+    fig, axes = _figure(len(scenarios), 1, height=3.4)
+    for (ax,), scenario in zip(axes, scenarios, strict=True):
+        run = scenario["runs"][0]
+        rows = [run["initial"], *run["steps"]]
+        members = sorted({m for r in rows for m in r["memberLoads"]}, key=_natural)
+        for member in members:
+            ax.plot(
+                [r["step"] for r in rows],
+                [r["memberLoads"].get(member, float("nan")) for r in rows],
+                marker="o",
+                label=member,
+            )
+        what = "load" if scenario["loads"] else "units"
+        ax.set_title(f"{scenario['name']} ({run['strategy']}): {what} per member after each step")
+        ax.set_xlabel("step")
+        ax.set_ylabel(what)
+        ax.set_ylim(bottom=0)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="center left", bbox_to_anchor=(1.0, 0.5))
+    _save(fig, document, path)
+
+
+def _natural(name: str) -> tuple[str, int]:
+    """worker-10 after worker-9."""
+    head, _, tail = name.rpartition("-")
+    return (head, int(tail)) if tail.isdigit() else (name, -1)
+
+
+def _figure(rows: int, columns: int, *, height: float) -> tuple[Any, Any]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(rows, columns, figsize=(12, height * rows), squeeze=False)
+
+
+def _save(fig: Any, document: Mapping[str, Any], path: str) -> None:
+    import matplotlib.pyplot as plt
+
     fig.suptitle(
         f"apportion simulate: {document['units']} units, {document['members']} members, "
         f"seed {document['seed']}"

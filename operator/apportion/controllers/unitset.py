@@ -23,7 +23,7 @@ import kopf
 from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
-from apportion.api.common import WorkloadKind
+from apportion.api.common import ScrapeSpec, WorkloadKind
 from apportion.api.conditions import (
     ConditionType,
     condition_time,
@@ -140,6 +140,7 @@ class SetLoop:
         self.reported: set[str] = set()
         self.timed_out: tuple[float, Problem] | None = None
         self.known_loads: dict[str, float] = {}
+        self.loads_missing_since: float | None = None
         self.ghosts: set[str] = set()
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
@@ -298,6 +299,10 @@ class SetLoop:
             self.wake_at = min(self.wake_at or math.inf, (load_tick + 1) * interval)
         if self.timed_out is not None:
             self.wake_at = min(t for t in (self.wake_at, self.timed_out[0]) if t is not None)
+        if self.loads_missing_since is not None and metrics_problem is None:
+            assert spec.metrics.scrape is not None
+            due = self.loads_missing_since + loads_grace(spec.metrics.scrape)
+            self.wake_at = min(self.wake_at or math.inf, due)
         return self.wake_at
 
     async def loads(
@@ -305,13 +310,21 @@ class SetLoop:
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
         if spec.metrics.scrape is None or not members:
+            self.loads_missing_since = None
             return None, MetricsSource.COUNTS, None
         report = await self.writers.metrics.unit_loads(
             self.namespace, self.set_ref.name, [pod.ref for pod in members], spec.metrics
         )
         if report.unit_loads is None:
             self.known_loads.clear()
+            # Workers report a unit's load once they serve it: while the first table is new,
+            # none may have yet. Counting units meanwhile is no fault; only an absence that
+            # outlasts two scrapes is (Prometheus' `for:` on an alert, in effect).
+            since = self.loads_missing_since = self.loads_missing_since or now
+            if now < since + loads_grace(spec.metrics.scrape):
+                return None, MetricsSource.COUNTS, None
             return None, report.source, Problem("MetricsUnavailable", report.message)
+        self.loads_missing_since = None
         # A unit in hand-off is reported by nobody for a moment; its load did not vanish.
         self.known_loads.update(report.unit_loads)
         return dict(self.known_loads), report.source, None
@@ -510,3 +523,8 @@ async def close_writers(**_: Any) -> None:
         await _writers.metrics.close()
         await _writers.costs.close()
     await close()
+
+
+def loads_grace(scrape: ScrapeSpec) -> float:
+    """How long workers may report no unit's load before it is a fault: two scrapes."""
+    return 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()

@@ -422,6 +422,9 @@ class StepResult:
     notes: tuple[str, ...]
     """The strategy's reasons (rebalance paused, hot unit, ...) from the plans that moved, or
     from the one plan when none moved; first seen first."""
+    member_loads: Mapping[str, float]
+    """Per member present, the load of the units it holds after the step (its unit count in
+    scenarios without loads): what a per-pod plot over time draws."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -440,6 +443,7 @@ class StepResult:
             "movedLoad": _round(self.moved_load),
             "stranded": self.stranded,
             "notes": list(self.notes),
+            "memberLoads": {m: _round(v) for m, v in self.member_loads.items()},
         }
 
 
@@ -549,6 +553,7 @@ def run_steps(
                 else (moved_load / total_load if total_load else 0.0),
                 stranded=result[3],
                 notes=tuple(notes),
+                member_loads=result[4],
             ),
             assignment,
             unassigned,
@@ -557,11 +562,18 @@ def run_steps(
 
 def _measure(
     world: World, assignment: Assignment, unassigned: Sequence[str]
-) -> tuple[int, float, float | None, int]:
-    """Eligible members, count max/mean, load max/mean and stranded units of an assignment."""
+) -> tuple[int, float, float | None, int, dict[str, float]]:
+    """Eligible members, count max/mean, load max/mean, stranded units and per-member load (or
+    count) of an assignment."""
     state = index_request(AllocationRequest(world.units, world.members, assignment, world.loads))
     targets = [i for i, m in enumerate(state.members) if m.eligible]
     counts = [state.count(i) for i in range(len(state.members))]
+    held = {
+        m.name: math.fsum(world.loads.get(u, 0.0) for u in state.held[i])
+        if world.loads is not None
+        else float(counts[i])
+        for i, m in enumerate(state.members)
+    }
     stranded = len(unassigned) + sum(counts[i] for i, m in enumerate(state.members) if not m.ready)
     load_ratio = None
     if world.loads is not None:
@@ -579,7 +591,7 @@ def _measure(
             )
         else:
             load_ratio = 0.0
-    return len(targets), count_ratio(counts, state, targets), load_ratio, stranded
+    return len(targets), count_ratio(counts, state, targets), load_ratio, stranded, held
 
 
 def drive(
