@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -46,10 +45,6 @@ RETRY_SECONDS = 2.0
 """Pause after a failed pass (API unreachable, a write rejected) before trying again."""
 RESYNC_SECONDS = 300.0
 """A pass at least this often for an invalid spec (a valid one passes every publish.interval)."""
-
-STATUS_WRITES: Counter[tuple[str, str]] = Counter()
-"""Status patches by (namespace, GrainType); table writes are counted by the store."""
-
 
 class GrainTypeLoop:
     """The daemon of one GrainType. `body` is kopf's live body."""
@@ -203,5 +198,4 @@ class GrainTypeLoop:
         self.reported = {p.reason for p in found}
         if status != self.status:
             await patch_status(api(), "GrainType", self.namespace, self.name, status)
-            STATUS_WRITES[self.namespace, self.name] += 1
             self.status = status
