@@ -15,7 +15,6 @@ from apportion.engine.grains import (
     simulate_activations,
 )
 
-
 SEEDS = range(10)
 """The bounds below hold for every seed, not one: each follows from the model with a margin."""
 

@@ -19,6 +19,7 @@ from apportion.publishing.configmaps import write_conditionally
 
 logger = logging.getLogger(__name__)
 
+
 class PlacementTableStore:
     """Reads and writes the ConfigMap `<GrainType>-placement`. A write carries the
     resourceVersion read or written last, so a stale writer (a second operator replica, an old

@@ -46,6 +46,7 @@ RETRY_SECONDS = 2.0
 RESYNC_SECONDS = 300.0
 """A pass at least this often for an invalid spec (a valid one passes every publish.interval)."""
 
+
 class GrainTypeLoop:
     """The daemon of one GrainType. `body` is kopf's live body."""
 
@@ -74,11 +75,16 @@ class GrainTypeLoop:
         self.error: str | None = None
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
+        resumed = False
         try:
             while not stopped:
                 seen = wakeups.tick(self.key)
                 try:
                     timeout = await self.reconcile()
+                    if not resumed:
+                        # Says when a restarted operator has caught up with what is published.
+                        resumed = True
+                        self.logger.info("First pass over GrainType %s done", self.name)
                 except PublishConflict as conflict:
                     self.logger.info("%s; reloading the published table", conflict)
                     self.gate = None
