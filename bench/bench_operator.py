@@ -11,7 +11,16 @@
    with LeastShards, all over the same 200 simulated pods): time and CPU until every set is
    Balanced, RSS then, idle CPU, and the cost of replacing 10 pods (goal: RSS <= 200 MB).
 
+4. Bounded watches (`--selection`, run alone): operator RSS, CPU and pod-deleted → table latency
+   against the number of sets (5 bare simulated pods each, 16 partitions), then with pods no set
+   selects added to the same namespace (left unscheduled, so the simulator does not run them;
+   the operator, watching every namespace, still sees each). Goals: RSS <= 300 MB and p99 <= 2 s
+   with 1000 sets over 5000 pods; RSS with 20 000 unrelated pods within 10 % of RSS without.
+   It prints the curve, so the limit on a given machine can be read off.
+
 Run: .venv/bin/python bench/bench_operator.py [--quick]
+     .venv/bin/python bench/bench_operator.py --selection [--sets 100,250,500,1000]
+         [--unrelated 20000]
 """
 
 from __future__ import annotations
@@ -19,17 +28,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import yaml
 from lightkube import Client
+from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
@@ -368,10 +380,170 @@ def scale(cluster: DevCluster, state_dir: Path, quick: bool) -> dict[str, float]
     return figures
 
 
+class NamespaceTables(threading.Thread):
+    """The latest assignment table of every PartitionSet of a namespace, from one watch."""
+
+    SUFFIX = "-partitionset-assignment"
+
+    def __init__(self, client: Client, namespace: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.namespace = client, namespace
+        self.tables: dict[str, tuple[float, AssignmentTable]] = {}
+        self.changed = threading.Condition()
+
+    def run(self) -> None:
+        while True:
+            try:
+                for _, cm in self.client.watch(ConfigMap, namespace=self.namespace):
+                    name = cm.metadata.name
+                    if not name.endswith(self.SUFFIX):
+                        continue
+                    table = decode_assignment([ConfigMapPayload.from_configmap(cm.to_dict(), name)])
+                    with self.changed:
+                        self.tables[name[: -len(self.SUFFIX)]] = (time.time(), table)
+                        self.changed.notify_all()
+            except Exception:
+                time.sleep(0.05)
+
+    def wait(self, name: str, accept: Callable[[AssignmentTable], bool], timeout: float) -> float:
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                found = self.tables.get(name)
+                if found is not None and accept(found[1]):
+                    return found[0]
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"no matching table for {name}")
+                self.changed.wait(left)
+
+
+def create_all(client: Client, objects: list[Any], namespace: str, threads: int = 6) -> None:
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda obj: client.create(obj, namespace=namespace), objects))
+
+
+def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated: int) -> list[str]:
+    """The curve of item 4: RSS, CPU and latency as sets, then unrelated pods, are added."""
+    ns, per_set, rounds = "bench-select", 5, 20
+    cluster.kubectl("create", "namespace", ns)
+    pset = create_namespaced_resource("apportion.dev", "v1alpha1", "PartitionSet", "partitionsets")
+    tables = NamespaceTables(client, ns)
+    tables.start()
+    operator = OperatorProcess(cluster, [], cluster.state_dir / "operator-selection.log")
+    alive: dict[str, list[str]] = {}
+    rows = []
+
+    def settled(count: int) -> bool:
+        done = 0
+        for obj in client.list(pset, namespace=ns):
+            status = obj.get("status") or {}
+            done += status.get("members") == len(alive.get(obj.metadata.name, [])) and any(
+                c["type"] == "Balanced" and c["status"] == "True"
+                for c in status.get("conditions", [])
+            )
+        return done == count
+
+    def measure(label: str, sets: int, pods: int, noise: int, cpu_before: float, t0: float):
+        wait_until(lambda: settled(sets), 3600, f"{sets} sets settled")
+        settle_s, settle_cpu = time.monotonic() - t0, operator.cpu_seconds() - cpu_before
+        time.sleep(10)
+        before = operator.cpu_seconds()
+        time.sleep(20)
+        idle = 100 * (operator.cpu_seconds() - before) / 20
+        samples = []
+        for name in random.Random(sets + noise).sample(sorted(alive), min(rounds, len(alive))):
+            victim = alive[name].pop()
+            time.sleep(0.3)
+            started = time.time()
+            client.delete(Pod, victim, namespace=ns, grace_period=0)
+            arrived = tables.wait(
+                name, lambda t, v=victim: all(s.owner != v for s in t.units.values()), 120
+            )
+            samples.append(arrived - started)
+        rss, peak = operator.memory_mb()
+        rows.append(
+            f"  {label:<22} {sets:6d} {pods:7d} {noise:7d} {rss:8.1f} {peak:8.1f} "
+            f"{settle_s:8.1f} {settle_cpu:8.1f} {idle:6.1f}   {percentiles(samples)}"
+        )
+        print(rows[-1], flush=True)
+
+    try:
+        made = 0
+        for level in levels:
+            t0, cpu0 = time.monotonic(), operator.cpu_seconds()
+            new = [f"s{i}" for i in range(made, level)]
+            for name in new:
+                alive[name] = [f"{name}-{j}" for j in range(per_set)]
+            create_all(
+                client,
+                [Pod.from_dict(pod(p, {"bench-set": name})) for name in new for p in alive[name]],
+                ns,
+            )
+            create_all(
+                client,
+                [
+                    pset.from_dict(
+                        unit_set(
+                            "PartitionSet",
+                            name,
+                            {
+                                "partitions": 16,
+                                "selector": {"matchLabels": {"bench-set": name}},
+                                "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+                            },
+                        )
+                    )
+                    for name in new
+                ],
+                ns,
+            )
+            made = level
+            pods = sum(len(p) for p in alive.values())
+            measure("sets added", level, pods, 0, cpu0, t0)
+        if unrelated:
+            t0, cpu0 = time.monotonic(), operator.cpu_seconds()
+            noise = []
+            for i in range(unrelated):
+                body = pod(f"noise-{i}", {"app": "noise"})
+                body["spec"]["schedulerName"] = "nobody"  # left Pending: no simulator work
+                noise.append(Pod.from_dict(body))
+            create_all(client, noise, ns)
+            pods = sum(len(p) for p in alive.values())
+            measure("unrelated pods added", made, pods, unrelated, cpu0, t0)
+    finally:
+        operator.stop()
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--selection", action="store_true", help="the bounded-watch curve only")
+    parser.add_argument("--sets", default="100,250,500,1000", help="set counts of the curve")
+    parser.add_argument("--unrelated", type=int, default=20_000, help="pods no set selects")
     args = parser.parse_args()
+    if args.selection:
+        levels = [int(n) for n in args.sets.split(",")]
+        with DevCluster.start() as cluster:
+            cluster.kubectl("apply", "-f", str(REPO / "crds"))
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/partitionsets.apportion.dev",
+            )
+            os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+            rows = selection(cluster, Client(), levels, args.unrelated)
+        print("apportion operator, bounded watches (5 simulated pods per set, 16 partitions):")
+        print(
+            "  step                     sets    pods  unrel.  RSS MB  peak MB  settle s"
+            "  CPU s  idle %   pod deleted → table without it"
+        )
+        print("\n".join(rows))
+        print("  goals: RSS <= 300 MB and p99 <= 2 s at 1000 sets / 5000 pods; RSS with the")
+        print("  unrelated pods within 10 % of RSS without them")
+        return 0
     rounds = 10 if args.quick else 40
     with DevCluster.start() as cluster:
         cluster.kubectl("apply", "-f", str(REPO / "crds"))

@@ -674,13 +674,16 @@ def test_a_restarted_operator_continues_from_the_published_tables(fleet, wait_fo
     restarted_at = len(fleet.log.read_text())
     fleet.start_operator()
     # A restarted operator writes status only where it differs and tables only where they
-    # changed: wait for its first pass over every GrainType, then look at what it wrote.
+    # changed: wait until its first pass over every GrainType is done, then look at what it
+    # wrote.
     wait_for(
-        lambda: fleet.log.read_text()[restarted_at:].count("Initial authentication has finished"),
-        timeout=60,
-        message="the operator never started again",
+        lambda: all(
+            f"First pass over GrainType {name} done" in fleet.log.read_text()[restarted_at:]
+            for name in names
+        ),
+        timeout=120,
+        message="the restarted operator never finished a first pass over every GrainType",
     )
-    time.sleep(5)
     after = {n: fleet.table(n).version for n in names}
     log = fleet.log.read_text()[restarted_at:]
     rewrites = [line for line in log.splitlines() if "Published placement table" in line]

@@ -103,9 +103,8 @@ def can_i(dev_cluster, user: str, verb: str, resource: str, namespace: str = "")
         ("patch", "pods"),
         ("create", "events"),
         ("create", "events.events.k8s.io"),
-        ("list", "controllerrevisions.apps"),
         ("watch", "statefulsets.apps"),
-        ("update", "leases.coordination.k8s.io"),
+        ("list", "deployments.apps"),
         ("list", "pods.metrics.k8s.io"),
         ("patch", "clusterkopfpeerings.kopf.dev"),
         ("create", "kopfpeerings.kopf.dev"),
@@ -123,6 +122,12 @@ def test_operator_role_grants(dev_cluster, installed, verb: str, resource: str) 
         ("delete", "pods"),
         ("patch", "statefulsets.apps"),
         ("delete", "partitionsets.apportion.dev"),
+        # Verbs the code never uses (issue 10): no grant beyond them.
+        ("update", "leases.coordination.k8s.io"),
+        ("list", "controllerrevisions.apps"),
+        ("list", "configmaps"),
+        ("update", "partitionsets.apportion.dev"),
+        ("patch", "events"),
     ],
 )
 def test_operator_role_denies(dev_cluster, installed, verb: str, resource: str) -> None:

@@ -249,10 +249,10 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
         (pages["m-0"] / "metrics").write_text(
             WorkerMetrics(unit_loads={"orders": {"0": 10.0, "1": 1.0}}).render()
         )
-        before, started = scrapes(dev_cluster, namespace, "m-0"), time.monotonic()
+        before = scrapes(dev_cluster, namespace, "m-0")
         seen: list[float] = []
         while not seen or seen[-1] < 9.5:
-            assert time.monotonic() - started < 30, f"unit 0 never reached 9.5: {seen}"
+            assert len(seen) < 600, f"unit 0 never reached 9.5: {seen}"
             report, *_ = await asyncio.gather(
                 collector.unit_loads(namespace, "orders", pods, spec),
                 collector.unit_loads(namespace, "billing", pods, spec),
@@ -260,12 +260,13 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
             )
             seen.append(report.unit_loads["0"])
             await asyncio.sleep(0.25)
-        elapsed = time.monotonic() - started
         assert seen == sorted(seen), f"the average went back: {seen}"
         assert any(2.5 < load < 9.0 for load in seen), f"no smoothing visible: {seen}"
         served = scrapes(dev_cluster, namespace, "m-0") - before
-        # One scrape per interval (1 s) for all three consumers: each alone would make as many.
-        assert 2 <= served <= elapsed + 2, f"{served} scrapes in {elapsed:.1f}s"
+        # One scrape per interval for all three consumers: each round of three requests makes
+        # at most one (each consumer alone would make one per round), and the value rose, so
+        # there were at least two.
+        assert 2 <= served <= len(seen), f"{served} scrapes for {len(seen)} rounds"
     finally:
         await collector.close()
 

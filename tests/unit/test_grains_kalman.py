@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from apportion.engine.grains import DualModeKalmanFilter
@@ -21,14 +21,22 @@ def test_output_stays_within_the_measurements(measurements: list[float]) -> None
 
 
 @settings(derandomize=True, deadline=None)
-@given(st.lists(levels, min_size=1, max_size=100), levels)
-def test_a_rise_after_a_decline_is_followed_at_once(history: list[float], rise: float) -> None:
+@given(
+    st.lists(levels, min_size=1, max_size=100),
+    st.floats(min_value=0.0, max_value=1.0),
+    st.floats(min_value=0.01, max_value=100.0),
+)
+def test_a_rise_after_a_decline_is_followed_at_once(
+    history: list[float], drop: float, step: float
+) -> None:
     f = DualModeKalmanFilter()
     for x in history:
         f.update(x)
-    if not f.fast_mode and rise > f.estimate:
-        assert f.update(rise) == rise
-        assert f.fast_mode
+    f.update(min(history) * drop)  # a decline, unless the slow estimate still lags below it
+    assume(not f.fast_mode)
+    rise = f.estimate + step
+    assert f.update(rise) == rise
+    assert f.fast_mode
 
 
 @settings(derandomize=True, deadline=None)

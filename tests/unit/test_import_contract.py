@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "api": set(),
     "engine": {"api"},
     "publishing": {"api"},
-    "controllers": {"api", "engine", "publishing"},
+    "controllers": {"api", "engine", "publishing", "listwatch"},
     "listwatch": set(),
     "worker": {"api", "engine", "listwatch"},
     "grains": {"api", "engine", "listwatch", "worker"},

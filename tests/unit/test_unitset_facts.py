@@ -4,17 +4,15 @@ translation, and the assignment ConfigMap's name."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from lightkube import ApiError
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import ResourceRef
 from apportion.api.common import LabelSelector
 from apportion.api.unitset import assignment_config_map
-from apportion.controllers.pods import PodFact, find_ghosts, pods_of, select
+from apportion.controllers.pods import PodFact, pods_of, select
 from apportion.controllers.workloads import WorkloadFact, rollout_of
 from apportion.engine.allocation import (
     Balanced,
@@ -254,33 +252,9 @@ def test_config_map_names() -> None:
     assert long_a != long_b and len(long_a) <= 221 and len(long_b) <= 221
 
 
-def test_one_fact_per_pod_name_and_ghosts_left_out() -> None:
+def test_one_fact_per_pod_name() -> None:
     old = PodFact("w-1", "old-uid", created="2026-01-01T00:00:00Z")
     new = PodFact("w-1", "new-uid", created="2026-01-01T00:09:00Z")
     other = PodFact("w-0", "uid-0", created="2026-01-01T00:00:00Z")
     index = {"ns": [old, new, other]}
     assert {p.uid for p in pods_of(index, "ns")} == {"new-uid", "uid-0"}
-    assert {p.uid for p in pods_of(index, "ns", {"new-uid"})} == {"old-uid", "uid-0"}
-
-
-class _Pods:
-    """The two calls `find_ghosts` makes, answered from a dict name → uid."""
-
-    def __init__(self, listed: dict[str, str], now: dict[str, str]) -> None:
-        self.listed, self.now = listed, now
-
-    async def list(self, kind: Any, namespace: str) -> Any:
-        for name, uid in self.listed.items():
-            yield SimpleNamespace(metadata=SimpleNamespace(name=name, uid=uid))
-
-    async def get(self, kind: Any, name: str, namespace: str) -> Any:
-        if name not in self.now:
-            raise ApiError(response=SimpleNamespace(json=lambda: {"code": 404}))
-        return SimpleNamespace(metadata=SimpleNamespace(name=name, uid=self.now[name]))
-
-
-async def test_ghosts_are_indexed_pods_the_api_server_no_longer_has() -> None:
-    facts = [PodFact("a", "a1"), PodFact("b", "b1"), PodFact("c", "c1"), PodFact("d", "d1")]
-    # a: listed. b: deleted. c: replaced by a new incarnation. d: created after the LIST.
-    client = _Pods({"a": "a1"}, {"a": "a1", "c": "c2", "d": "d1"})
-    assert await find_ghosts(client, "ns", facts) == {"b1", "c1"}

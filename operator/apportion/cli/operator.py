@@ -74,12 +74,15 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> None:
     import kopf
 
-    from apportion.controllers import load_handlers
+    from apportion.controllers import load_handlers, selections
     from apportion.controllers.peering import ensure_peering
     from apportion.controllers.settings import build_settings
+    from apportion.controllers.wakeups import wakeups
+    from apportion.publishing.client import api
 
     load_handlers()
     namespaces = args.namespaces or []
+    selections.configure(api, wakeups.notify, namespaces)
     if args.peering:
         await ensure_peering(args.peering, namespaces)
     await kopf.operator(

@@ -1,5 +1,5 @@
 """GrainType handlers: one publishing daemon per GrainType (`graintypes.loop`), woken by changes
-of the GrainType and of the pods of its namespace, and an index of which grain types each
+of the GrainType and of the pods it selects, and an index of which grain types each
 GrainType claims (for the conflict check). No change handlers: the daemon is level-triggered and
 writes status itself, so kopf keeps no bookkeeping annotations on GrainTypes."""
 
@@ -12,8 +12,7 @@ import kopf
 
 from apportion.api import GrainType
 from apportion.controllers.graintypes.loop import GrainTypeLoop
-from apportion.controllers.pods import PodFact
-from apportion.controllers.wakeups import wakeups
+from apportion.controllers.wakeups import set_key, wakeups
 
 RESOURCE = (GrainType.group, GrainType.version, GrainType.crd.plural)
 
@@ -27,8 +26,8 @@ def apportion_graintypes(
 
 
 @kopf.on.event(*RESOURCE, id="wake")
-async def graintype_changed(namespace: str, **_: Any) -> None:
-    await wakeups.notify(namespace)
+async def graintype_changed(namespace: str, name: str, **_: Any) -> None:
+    wakeups.notify(set_key("GrainType", namespace, name))
 
 
 # A pass in flight is cancelled after the backoff, which is safe: the table write is
@@ -38,9 +37,8 @@ async def publish(
     body: kopf.Body,
     logger: logging.Logger,
     stopped: kopf.DaemonStopped,
-    apportion_pods: kopf.Index[str, PodFact],
     apportion_graintypes: kopf.Index[str, Any],
     **_: Any,
 ) -> None:
-    indexes = {"apportion_pods": apportion_pods, "apportion_graintypes": apportion_graintypes}
+    indexes = {"apportion_graintypes": apportion_graintypes}
     await GrainTypeLoop(body, indexes, logger).run(stopped)

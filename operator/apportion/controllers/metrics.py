@@ -134,7 +134,7 @@ class _Target:
         self.used = now
 
 
-class _Namespace:
+class _NamespacePodMetrics:
     """The PodMetrics of one namespace, as last listed."""
 
     __slots__ = ("attempted", "error", "invalid", "listed", "task", "usages", "used")
@@ -201,7 +201,7 @@ class MetricsCollector:
         self._clock = clock
         self._session: aiohttp.ClientSession | None = None
         self._targets: dict[tuple[str, str, str, str], _Target] = {}
-        self._namespaces: dict[str, _Namespace] = {}
+        self._namespaces: dict[str, _NamespacePodMetrics] = {}
         self._members: dict[tuple[str, str, str], _Member] = {}
         self._sets: dict[tuple[str, str], tuple[UnitLoadSmoother, float]] = {}
         self._api_absent_since: float | None = None
@@ -401,10 +401,10 @@ class MetricsCollector:
             )
         return self._session
 
-    def _namespace(self, namespace: str, now: float) -> _Namespace:
+    def _namespace(self, namespace: str, now: float) -> _NamespacePodMetrics:
         listing = self._namespaces.get(namespace)
         if listing is None:
-            listing = self._namespaces[namespace] = _Namespace(now)
+            listing = self._namespaces[namespace] = _NamespacePodMetrics(now)
         listing.used = now
         api_believed_absent = (
             self._api_absent_since is not None
@@ -418,7 +418,7 @@ class MetricsCollector:
             listing.task = asyncio.create_task(self._list_pod_metrics(namespace, listing))
         return listing
 
-    async def _list_pod_metrics(self, namespace: str, listing: _Namespace) -> None:
+    async def _list_pod_metrics(self, namespace: str, listing: _NamespacePodMetrics) -> None:
         listing.attempted = self._clock()
         try:
             async with asyncio.timeout(self._request_timeout):
@@ -456,7 +456,7 @@ class MetricsCollector:
             listing.listed = True
             listing.task = None
 
-    def _pod_metrics_note(self, listing: _Namespace | None) -> str | None:
+    def _pod_metrics_note(self, listing: _NamespacePodMetrics | None) -> str | None:
         if self._api_absent_since is not None:
             return "metrics.k8s.io PodMetrics is not served"
         return None if listing is None else listing.error

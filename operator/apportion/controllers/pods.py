@@ -1,24 +1,19 @@
-"""Pods as the set daemons see them: a kopf index of membership facts per namespace, kept by
-the watch (no LIST per pass), and the selection of a set's members from it.
+"""Pods as the set daemons see them: membership facts of the pods some set selects, kept by a
+watch (`selections.SelectedCache`, no LIST per pass), and the selection of a set's members.
 
-kopf fills every index from a full listing before any daemon runs, so a daemon never plans with
-a partial view of the pods (which would look like dead owners).
+A daemon registers what it selects (`want`) and waits for the cache to hold it before its pass,
+so it never plans with a partial view of its pods (which would look like dead owners).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
-from lightkube import ApiError, AsyncClient
-from lightkube.resources.core_v1 import Pod
-
 from apportion.api.common import LabelSelector
 from apportion.controllers.metrics import PodRef
-from apportion.controllers.wakeups import wakeups
+from apportion.controllers.selections import SelectedCache
 from apportion.engine.unitset import PodView
 from apportion.publishing.pods import DELETION_COST
 
@@ -80,59 +75,21 @@ class PodFact:
         )
 
 
-@kopf.index("", "v1", "pods")
-def apportion_pods(body: kopf.Body, namespace: str, **_: Any) -> dict[str, PodFact]:
-    """namespace → facts of its pods."""
-    return {namespace: PodFact.from_body(body)}
+pod_cache: SelectedCache[PodFact] = SelectedCache("pods", "Pod", "", PodFact.from_body)
+"""namespace → facts of the pods some daemon wants."""
 
 
-@kopf.on.event("", "v1", "pods")
-async def pod_changed(namespace: str, **_: Any) -> None:
-    # kopf runs event handlers after the indexes took the event in, so the woken daemons read
-    # the new facts.
-    await wakeups.notify(namespace)
-
-
-def pods_of(
-    index: Mapping[str, Iterable[PodFact]],
-    namespace: str,
-    ghosts: AbstractSet[str] = frozenset(),
-) -> list[PodFact]:
+def pods_of(index: Mapping[str, Iterable[PodFact]], namespace: str) -> list[PodFact]:
     """Every pod of `namespace` that exists and has not terminated, one per name (the newest
-    incarnation), without the `ghosts` (uids the API server no longer has)."""
+    incarnation)."""
     newest: dict[str, PodFact] = {}
     for pod in index.get(namespace, ()):
-        if pod.terminal or pod.uid in ghosts:
+        if pod.terminal:
             continue
         other = newest.get(pod.name)
         if other is None or pod.created > other.created:
             newest[pod.name] = pod
     return list(newest.values())
-
-
-async def find_ghosts(client: AsyncClient, namespace: str, facts: Iterable[PodFact]) -> set[str]:
-    """Uids of indexed pods the API server no longer has.
-
-    kopf's indexes learn deletions from watch events only; a watch that restarts (the
-    operator paused for a peer and resumed, or a 410 Gone re-list) re-lists what exists but
-    never hears of what went meanwhile, so those pods would stay in the index and look alive.
-    One LIST finds suspects; a GET by name confirms each (a pod created after the LIST is not
-    one)."""
-    listed = {pod.metadata.uid async for pod in client.list(Pod, namespace=namespace)}
-    ghosts = set()
-    for fact in facts:
-        if fact.uid in listed:
-            continue
-        try:
-            found = await client.get(Pod, fact.name, namespace=namespace)
-        except ApiError as error:
-            if error.status.code != 404:
-                raise
-            ghosts.add(fact.uid)
-            continue
-        if found.metadata.uid != fact.uid:
-            ghosts.add(fact.uid)
-    return ghosts
 
 
 def select(pods: Iterable[PodFact], *selectors: LabelSelector | None) -> list[PodFact]:

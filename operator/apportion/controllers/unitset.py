@@ -1,11 +1,12 @@
 """The placement loop of PartitionSets and ShardSets: one kopf daemon per set, level-triggered.
 
-The daemon sleeps until something it reads changes in its namespace (a pod, a workload, the set
-itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass reads
-the indexed pods and workloads, runs `apportion.engine.unitset.plan_pass` and publishes what it
-decided: at most one ConfigMap write per new table, then Events, the status and the pods'
-deletion costs. All state lives in the API server: on start (operator restart, standby taking
-over) the daemon decodes the published table and continues from its epoch.
+The daemon sleeps until something it reads changes (a pod or workload it selects, the set
+itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass declares
+what it selects to the caches (`selections`), reads the cached pods and workloads, runs
+`apportion.engine.unitset.plan_pass` and publishes what it decided: at most one ConfigMap
+write per new table, then Events, the status and the pods' deletion costs. All state lives in
+the API server: on start (operator restart, standby taking over) the daemon decodes the
+published table and continues from its epoch.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import kopf
 from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
-from apportion.api.common import ScrapeSpec, WorkloadKind
+from apportion.api.common import ScrapeSpec
 from apportion.api.conditions import (
     ConditionType,
     condition_time,
@@ -32,10 +33,12 @@ from apportion.api.conditions import (
 )
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
+from apportion.controllers import selections
 from apportion.controllers.metrics import MetricsCollector
-from apportion.controllers.pods import PodFact, find_ghosts, pods_of, select
-from apportion.controllers.wakeups import wakeups
-from apportion.controllers.workloads import find_workload, rollout_of
+from apportion.controllers.pods import PodFact, pod_cache, pods_of, select
+from apportion.controllers.selections import Want
+from apportion.controllers.wakeups import set_key, wakeups
+from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
 from apportion.engine.handoff import Reason
 from apportion.engine.unitset import (
     PassInput,
@@ -55,8 +58,7 @@ from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
 
 RESYNC_SECONDS = 300.0
-"""A full pass at least this often, whatever the wake-ups say, starting with a check of the pod
-index against the API server (`find_ghosts`); the first pass of a daemon does it too."""
+"""A full pass at least this often, whatever the wake-ups say."""
 RETRY_SECONDS = 2.0
 """Pause after a failed pass (API unreachable, a write rejected) before trying again."""
 TIMEOUT_REPORT_SECONDS = 60.0
@@ -68,14 +70,7 @@ class _QuietWakeups(logging.Filter):
     """kopf logs every handler's success at INFO; for our indexers and wake-up handlers that is
     a line per pod event. Keep those lines out of the operator's log."""
 
-    HANDLERS = (
-        "'pod_changed'",
-        "'workload_changed'",
-        "'wake'",
-        "'apportion_pods'",
-        "'apportion_statefulsets'",
-        "'apportion_deployments'",
-    )
+    HANDLERS = ("'wake'", "'apportion_graintypes'")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.msg if isinstance(record.msg, str) else ""
@@ -119,15 +114,14 @@ class SetLoop:
         self,
         kind: type[Resource],
         body: kopf.Body,
-        indexes: Mapping[str, Any],
         logger: logging.Logger | logging.LoggerAdapter[Any],
     ) -> None:
         meta = body["metadata"]
         self.kind = kind
         self.body = body
-        self.indexes = indexes
         self.logger = logger
         self.namespace: str = meta["namespace"]
+        self.key = set_key(kind.__name__, self.namespace, meta["name"])
         self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
         self.store = AssignmentStore(api(), self.set_ref, self.config_map)
@@ -141,7 +135,6 @@ class SetLoop:
         self.timed_out: tuple[float, Problem] | None = None
         self.known_loads: dict[str, float] = {}
         self.loads_missing_since: float | None = None
-        self.ghosts: set[str] = set()
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
         self.resync_at = 0.0
@@ -155,7 +148,7 @@ class SetLoop:
         halt = asyncio.ensure_future(stopped.wait())
         try:
             while not stopped:
-                seen = wakeups.tick(self.namespace)
+                seen = wakeups.tick(self.key)
                 try:
                     wake_at = await self.reconcile()
                 except PublishConflict as conflict:
@@ -169,13 +162,16 @@ class SetLoop:
                 now = time.time()
                 timeout = min(self.resync_at, wake_at or math.inf) - now
                 if timeout > 0:
-                    wake = asyncio.ensure_future(wakeups.wait(self.namespace, seen, timeout))
+                    wake = asyncio.ensure_future(wakeups.wait(self.key, seen, timeout))
                     await asyncio.wait({wake, halt}, return_when=asyncio.FIRST_COMPLETED)
                     wake.cancel()
         finally:
             halt.cancel()
             if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
                 self.release_pods()
+            for cache in (pod_cache, *workload_caches.values()):
+                cache.forget(self.key, self.namespace)
+            wakeups.forget(self.key)
 
     async def load(self, spec: UnitSetSpec) -> None:
         """Continue from the published table; without one, from the epoch the status last
@@ -208,12 +204,6 @@ class SetLoop:
         now = time.time()
         if now >= self.resync_at:
             self.resync_at, self.fingerprint = now + RESYNC_SECONDS, None
-            indexed = self.indexes["apportion_pods"].get(self.namespace, ())
-            self.ghosts = await find_ghosts(api(), self.namespace, indexed)
-            if self.ghosts:
-                self.logger.warning(
-                    "Ignoring %d pod(s) the API server no longer has", len(self.ghosts)
-                )
         parsed = self.parse()
         if isinstance(parsed, ValidationError):
             await self.report_invalid(f"spec rejected by the operator: {parsed.errors()[0]['msg']}")
@@ -223,7 +213,8 @@ class SetLoop:
             await self.load(spec)
         assert self.published is not None
 
-        everyone = pods_of(self.indexes["apportion_pods"], self.namespace, self.ghosts)
+        await self.watch(spec)
+        everyone = pods_of(pod_cache, self.namespace)
         members, rollout, problem = self.members(spec, everyone)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         ack = self.set_ref.ack_annotation
@@ -329,6 +320,22 @@ class SetLoop:
         self.known_loads.update(report.unit_loads)
         return dict(self.known_loads), report.source, None
 
+    async def watch(self, spec: UnitSetSpec) -> None:
+        """Tell the caches what this set reads: its workload, the pods its selectors select and
+        the owners of its published units (selected or not: they hand their units off)."""
+        assert self.published is not None
+        selectors = [spec.selector] if spec.selector is not None else []
+        ref = spec.workload_ref
+        if ref is not None:
+            wanted = Want(self.namespace, names=frozenset({ref.name}))
+            await workload_caches[ref.kind].want(self.key, wanted)
+            workload = find_workload(self.namespace, ref.kind, ref.name)
+            selector = workload.label_selector() if workload is not None else None
+            # Without the workload's selector nothing is selected (see `members`).
+            selectors = [*selectors, selector] if selector is not None else []
+        owners = frozenset(name for name, units in self.published.by_member().items() if units)
+        await pod_cache.want(self.key, Want(self.namespace, tuple(selectors), owners))
+
     def members(
         self, spec: UnitSetSpec, everyone: Sequence[PodFact]
     ) -> tuple[list[PodFact], Rollout, Problem | None]:
@@ -337,11 +344,7 @@ class SetLoop:
             members = select(everyone, spec.selector)
             return members, rollout_of(None, members), None
         ref = spec.workload_ref
-        indexes = {
-            WorkloadKind.STATEFUL_SET: self.indexes["apportion_statefulsets"],
-            WorkloadKind.DEPLOYMENT: self.indexes["apportion_deployments"],
-        }
-        workload = find_workload(indexes, self.namespace, ref.kind, ref.name)
+        workload = find_workload(self.namespace, ref.kind, ref.name)
         selector = workload.label_selector() if workload is not None else None
         if workload is None or selector is None:
             what = "does not exist" if workload is None else "has no usable selector"
@@ -468,7 +471,7 @@ class SetLoop:
 
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
-        everyone = pods_of(self.indexes["apportion_pods"], self.namespace)
+        everyone = pods_of(pod_cache, self.namespace)
         pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
         self.writers.costs.update(self.namespace, self.set_key, {}, pods)
         self.writers.costs.forget_set(self.namespace, self.set_key)
@@ -489,23 +492,12 @@ def register(kind: type[Resource]) -> None:
     resource = (kind.group, kind.version, kind.crd.plural)
 
     async def place(
-        body: kopf.Body,
-        logger: logging.Logger,
-        stopped: kopf.DaemonStopped,
-        apportion_pods: kopf.Index[str, PodFact],
-        apportion_statefulsets: kopf.Index[Any, Any],
-        apportion_deployments: kopf.Index[Any, Any],
-        **_: Any,
+        body: kopf.Body, logger: logging.Logger, stopped: kopf.DaemonStopped, **_: Any
     ) -> None:
-        indexes = {
-            "apportion_pods": apportion_pods,
-            "apportion_statefulsets": apportion_statefulsets,
-            "apportion_deployments": apportion_deployments,
-        }
-        await SetLoop(kind, body, indexes, logger).run(stopped)
+        await SetLoop(kind, body, logger).run(stopped)
 
-    async def changed(namespace: str, **_: Any) -> None:
-        await wakeups.notify(namespace)
+    async def changed(namespace: str, name: str, **_: Any) -> None:
+        wakeups.notify(set_key(kind.__name__, namespace, name))
 
     # The daemon checks `stopped` between passes; a pass in flight is cancelled after the
     # backoff, which is safe: every write is conditional and the next daemon reloads.
@@ -517,6 +509,7 @@ def register(kind: type[Resource]) -> None:
 
 @kopf.on.cleanup()
 async def close_writers(**_: Any) -> None:
+    await selections.stop()
     if _writers is not None:
         await _writers.events.flush()
         await _writers.events.close()

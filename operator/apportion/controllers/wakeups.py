@@ -1,5 +1,5 @@
-"""Wake the set daemons of a namespace when something they read changes (a pod, a workload, a
-set): a change counter and an asyncio.Condition per namespace. Daemons compare counters, so a
+"""Wake a daemon when something it reads changes (a pod or workload it selects, its own object):
+a change counter and an asyncio.Event per daemon key (`set_key`). Daemons compare counters, so a
 change that lands while a pass runs is never missed."""
 
 from __future__ import annotations
@@ -9,37 +9,39 @@ import contextlib
 from collections import defaultdict
 
 
+def set_key(kind: str, namespace: str, name: str) -> str:
+    """The key a set's daemon waits on and its selections are filed under."""
+    return f"{kind}/{namespace}/{name}"
+
+
 class Wakeups:
     def __init__(self) -> None:
         self._ticks: defaultdict[str, int] = defaultdict(int)
-        self._conditions: dict[str, asyncio.Condition] = {}
+        self._events: dict[str, asyncio.Event] = {}
 
-    def _condition(self, namespace: str) -> asyncio.Condition:
-        condition = self._conditions.get(namespace)
-        if condition is None:
-            condition = self._conditions[namespace] = asyncio.Condition()
-        return condition
+    def tick(self, key: str) -> int:
+        """The key's change counter: pass it to `wait` after reading."""
+        return self._ticks[key]
 
-    def tick(self, namespace: str) -> int:
-        """The namespace's change counter: pass it to `wait` after reading."""
-        return self._ticks[namespace]
+    def notify(self, key: str) -> None:
+        self._ticks[key] += 1
+        event = self._events.pop(key, None)
+        if event is not None:
+            event.set()
 
-    async def notify(self, namespace: str) -> None:
-        self._ticks[namespace] += 1
-        condition = self._condition(namespace)
-        async with condition:
-            condition.notify_all()
-
-    async def wait(self, namespace: str, seen: int, timeout: float | None) -> bool:
-        """Until the namespace changed since tick `seen`, or `timeout` seconds; True if changed."""
-        condition = self._condition(namespace)
-        async with condition:
+    async def wait(self, key: str, seen: int, timeout: float | None) -> bool:
+        """Until `key` changed since tick `seen`, or `timeout` seconds; True if changed."""
+        if self._ticks[key] == seen:
+            event = self._events.setdefault(key, asyncio.Event())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    condition.wait_for(lambda: self._ticks[namespace] != seen), timeout
-                )
-        return self._ticks[namespace] != seen
+                await asyncio.wait_for(event.wait(), timeout)
+        return self._ticks[key] != seen
+
+    def forget(self, key: str) -> None:
+        """The daemon of `key` is gone."""
+        self._ticks.pop(key, None)
+        self._events.pop(key, None)
 
 
 wakeups = Wakeups()
-"""The operator's one instance: index and event handlers notify, set daemons wait."""
+"""The operator's one instance: the caches and event handlers notify, daemons wait."""

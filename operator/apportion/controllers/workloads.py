@@ -1,5 +1,6 @@
 """Deployments and StatefulSets as the set daemons see them: their selectors (for `workloadRef`)
-and whether they are rolling out a new revision, from a kopf index (no GET per pass).
+and whether they are rolling out a new revision, from a cache of the workloads some set refers
+to (`selections.SelectedCache`, no GET per pass).
 
 A rollout is under way when a StatefulSet's currentRevision differs from its updateRevision, a
 Deployment still runs pods outside its newest ReplicaSet, or — with or without a workload — the
@@ -13,12 +14,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from apportion.api.common import LabelSelector, WorkloadKind
 from apportion.controllers.pods import PodFact
-from apportion.controllers.wakeups import wakeups
+from apportion.controllers.selections import SelectedCache
 from apportion.engine.unitset import Rollout
 
 
@@ -58,38 +58,20 @@ class WorkloadFact:
         return selector if selector.match_labels or selector.match_expressions else None
 
 
-WorkloadKey = tuple[str, str, str]
-"""(namespace, kind, name)."""
+workload_caches: dict[WorkloadKind, SelectedCache[WorkloadFact]] = {
+    kind: SelectedCache(
+        plural, kind.value, "apps", lambda body, k=kind.value: WorkloadFact.from_body(k, body)
+    )
+    for kind, plural in (
+        (WorkloadKind.STATEFUL_SET, "statefulsets"),
+        (WorkloadKind.DEPLOYMENT, "deployments"),
+    )
+}
+"""Per kind: namespace → facts of the workloads some set refers to (`Want.names`)."""
 
 
-@kopf.index("apps", "v1", "statefulsets")
-def apportion_statefulsets(
-    body: kopf.Body, namespace: str, name: str, **_: Any
-) -> dict[WorkloadKey, WorkloadFact]:
-    return {(namespace, "StatefulSet", name): WorkloadFact.from_body("StatefulSet", body)}
-
-
-@kopf.index("apps", "v1", "deployments")
-def apportion_deployments(
-    body: kopf.Body, namespace: str, name: str, **_: Any
-) -> dict[WorkloadKey, WorkloadFact]:
-    return {(namespace, "Deployment", name): WorkloadFact.from_body("Deployment", body)}
-
-
-@kopf.on.event("apps", "v1", "statefulsets")
-@kopf.on.event("apps", "v1", "deployments")
-async def workload_changed(namespace: str, **_: Any) -> None:
-    await wakeups.notify(namespace)
-
-
-def find_workload(
-    indexes: Mapping[WorkloadKind, Mapping[WorkloadKey, Any]],
-    namespace: str,
-    kind: WorkloadKind,
-    name: str,
-) -> WorkloadFact | None:
-    store = indexes[kind].get((namespace, kind.value, name))
-    return next(iter(store), None) if store is not None else None
+def find_workload(namespace: str, kind: WorkloadKind, name: str) -> WorkloadFact | None:
+    return next((w for w in workload_caches[kind].get(namespace, ()) if w.name == name), None)
 
 
 def rollout_of(workload: WorkloadFact | None, members: Sequence[PodFact]) -> Rollout:

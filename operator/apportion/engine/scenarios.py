@@ -580,8 +580,8 @@ def _measure(
         loads = world.loads
         capacity = math.fsum(state.members[i].capacity for i in targets)
         total = math.fsum(loads.get(u, 0.0) for u in world.units)
-        if targets and total > 0:
-            mean = total / capacity
+        mean = total / capacity if targets else 0.0
+        if mean > 0:  # not when the mean of tiny loads underflows
             load_ratio = (
                 max(
                     math.fsum(loads.get(u, 0.0) for u in state.held[i]) / state.members[i].capacity

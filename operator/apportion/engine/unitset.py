@@ -271,6 +271,8 @@ def imbalance(
         return None
     capacity = math.fsum(m.capacity for m in eligible.values())
     mean = whole / capacity
+    if mean <= 0:  # tiny loads whose mean underflows
+        return None
     return max(totals[name] / m.capacity for name, m in eligible.items()) / mean
 
 

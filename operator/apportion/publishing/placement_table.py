@@ -1,11 +1,9 @@
 """The placement-table ConfigMap of one GrainType: read what is published, write a new version
-with optimistic concurrency, and count every write (the benchmark and the tests read
-`WRITES`)."""
+with optimistic concurrency."""
 
 from __future__ import annotations
 
 import logging
-from collections import Counter
 
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import ConfigMap
@@ -20,9 +18,6 @@ from apportion.api.placement_table import (
 from apportion.publishing.configmaps import write_conditionally
 
 logger = logging.getLogger(__name__)
-
-WRITES: Counter[tuple[str, str]] = Counter()
-"""Placement-table writes (API requests that changed the ConfigMap) by (namespace, GrainType)."""
 
 
 class PlacementTableStore:
@@ -57,4 +52,3 @@ class PlacementTableStore:
     async def write(self, doc: PlacementTableDocument) -> None:
         body = ConfigMap.from_dict(to_configmap(doc))
         self._version = await write_conditionally(self.client, body, self._version)
-        WRITES[self.namespace, self.graintype] += 1

@@ -1,10 +1,10 @@
 """The publishing loop of one GrainType: a kopf daemon, level-triggered like the unit sets'.
 
-Each pass reads the GrainType (kopf's live body), its pods from the pod index and their smoothed
-load from the metrics collector, builds the placement table they call for and lets the gate
-decide: a change of spec or membership is written at once, a load change beyond the hysteresis
-at most once per `publish.minInterval`, noise never. Passes run when a pod of the namespace or
-the GrainType changes (wake-ups), every `publish.interval` for load, and when a held-back load
+Each pass reads the GrainType (kopf's live body), the pods it selects from the pod cache and
+their smoothed load from the metrics collector, builds the placement table they call for and lets
+the gate decide: a change of spec or membership is written at once, a load change beyond the
+hysteresis at most once per `publish.minInterval`, noise never. Passes run when a pod it selects
+or the GrainType changes (wake-ups), every `publish.interval` for load, and when a held-back load
 change comes due. On start the daemon continues from the published table's version.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -33,9 +32,10 @@ from apportion.controllers.graintypes.document import (
     problems,
 )
 from apportion.controllers.graintypes.gate import PublishGate
-from apportion.controllers.pods import pods_of, select
+from apportion.controllers.pods import pod_cache, pods_of, select
+from apportion.controllers.selections import Want
 from apportion.controllers.unitset import writers
-from apportion.controllers.wakeups import wakeups
+from apportion.controllers.wakeups import set_key, wakeups
 from apportion.publishing.client import api
 from apportion.publishing.configmaps import PublishConflict
 from apportion.publishing.placement_table import PlacementTableStore
@@ -45,9 +45,6 @@ RETRY_SECONDS = 2.0
 """Pause after a failed pass (API unreachable, a write rejected) before trying again."""
 RESYNC_SECONDS = 300.0
 """A pass at least this often for an invalid spec (a valid one passes every publish.interval)."""
-
-STATUS_WRITES: Counter[tuple[str, str]] = Counter()
-"""Status patches by (namespace, GrainType); table writes are counted by the store."""
 
 
 class GrainTypeLoop:
@@ -68,6 +65,7 @@ class GrainTypeLoop:
         self.clock = clock
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
+        self.key = set_key("GrainType", self.namespace, self.name)
         self.ref = ResourceRef("GrainType", self.namespace, self.name, meta["uid"])
         self.store = PlacementTableStore(api(), self.namespace, self.name)
         self.gate: PublishGate | None = None
@@ -77,18 +75,27 @@ class GrainTypeLoop:
         self.error: str | None = None
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
-        while not stopped:
-            seen = wakeups.tick(self.namespace)
-            try:
-                timeout = await self.reconcile()
-            except PublishConflict as conflict:
-                self.logger.info("%s; reloading the published table", conflict)
-                self.gate = None
-                continue
-            except Exception:
-                self.logger.exception("Publishing pass failed; retrying")
-                timeout = RETRY_SECONDS
-            await wakeups.wait(self.namespace, seen, timeout)
+        resumed = False
+        try:
+            while not stopped:
+                seen = wakeups.tick(self.key)
+                try:
+                    timeout = await self.reconcile()
+                    if not resumed:
+                        # Says when a restarted operator has caught up with what is published.
+                        resumed = True
+                        self.logger.info("First pass over GrainType %s done", self.name)
+                except PublishConflict as conflict:
+                    self.logger.info("%s; reloading the published table", conflict)
+                    self.gate = None
+                    continue
+                except Exception:
+                    self.logger.exception("Publishing pass failed; retrying")
+                    timeout = RETRY_SECONDS
+                await wakeups.wait(self.key, seen, timeout)
+        finally:
+            pod_cache.forget(self.key, self.namespace)
+            wakeups.forget(self.key)
 
     def parse(self) -> GrainType | ValidationError:
         try:
@@ -120,7 +127,8 @@ class GrainTypeLoop:
         if self.gate is None:
             self.gate = await self.resume()
         gate = self.gate
-        selected = select(pods_of(self.indexes["apportion_pods"], self.namespace), spec.selector)
+        await pod_cache.want(self.key, Want(self.namespace, (spec.selector,)))
+        selected = select(pods_of(pod_cache, self.namespace), spec.selector)
         members = [pod for pod in selected if is_compatible(pod)]
         report = await writers().metrics.member_stats(
             self.namespace,
@@ -199,5 +207,4 @@ class GrainTypeLoop:
         self.reported = {p.reason for p in found}
         if status != self.status:
             await patch_status(api(), "GrainType", self.namespace, self.name, status)
-            STATUS_WRITES[self.namespace, self.name] += 1
             self.status = status

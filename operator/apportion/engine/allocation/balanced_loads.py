@@ -666,6 +666,8 @@ class _Planner:
         if not self.targets or self.total_load <= 0:
             return 0.0
         mean = self.total_load / math.fsum(self.cap[i] for i in self.targets)
+        if mean <= 0:  # a total load so small its mean underflows: nothing to tell apart
+            return 1.0
         return max(loads[i] / self.cap[i] for i in self.targets) / mean
 
     def lower_bound(self, achieved: float) -> int:
@@ -695,6 +697,8 @@ class _Planner:
         if not self.hot or self.total_load <= 0:
             return None
         mean = self.total_load / math.fsum(self.cap[i] for i in self.targets)
+        if mean <= 0:  # the mean underflows: no unit stands out
+            return None
         host, (unit, x) = max(self.hot.items(), key=lambda kv: kv[1][1] / self.cap[kv[0]])
         floor = x / self.cap[host] / mean
         split = max(2, math.ceil(x / (mean * self.cap[host])))

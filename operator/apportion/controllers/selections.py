@@ -1,0 +1,364 @@
+"""Caches of the pods and workloads some set selects, the way controller-runtime bounds its
+informers: a watch streams every object of a kind in the operator's scope, but only the facts of
+objects a set wants are kept, and an event wakes only the sets that want the object (before or
+after the change). The operator's memory grows with the pods it manages, not with the cluster.
+
+A set declares what it wants with `want` (label selectors, and names: the owners of its
+published units, which must stay visible after their labels stop matching, so that they hand
+their units off instead of losing them unfenced). A new or widened want is filled by a LIST
+filtered by the API server (the selector as a `labelSelector`, a GET per owner name), never by
+a re-list of everything. A watch that ends in an error is followed by a full, paged re-list that
+replaces what is kept, so pods deleted while the watch was down never linger.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from lightkube import ApiError, AsyncClient
+from lightkube.generic_resource import GenericNamespacedResource, create_api_info
+from lightkube.operators import exists, in_, not_exists, not_in
+
+from apportion.api.common import LabelSelector, SelectorOperator
+from apportion.listwatch import RETRY_MAX, RETRY_MIN, WATCH_TIMEOUT, as_dict
+
+logger = logging.getLogger(__name__)
+
+F = TypeVar("F")
+PAGE = 500
+"""Objects per page of a full re-list: what is parsed and dropped at once."""
+
+
+CACHES: list[SelectedCache[Any]] = []
+"""Every cache of the process (the pods', the workloads'): `configure` and `stop` act on all."""
+
+
+def configure(
+    client: Callable[[], AsyncClient], notify: Callable[[str], None], scope: Sequence[str] = ()
+) -> None:
+    """Where the caches read (the operator's client, its namespaces: none for every one) and
+    whom they wake."""
+    for cache in CACHES:
+        cache.client, cache.notify, cache.scope = client, notify, tuple(scope)
+
+
+async def stop() -> None:
+    for cache in CACHES:
+        await cache.stop()
+
+
+@dataclass(frozen=True)
+class Want:
+    """What one set reads of a namespace: objects matching every selector (no selectors:
+    none by label), and objects with one of `names` whatever their labels."""
+
+    namespace: str
+    selectors: tuple[LabelSelector, ...] = ()
+    names: frozenset[str] = frozenset()
+
+    def matches(self, name: str, labels: Mapping[str, str]) -> bool:
+        if name in self.names:
+            return True
+        return bool(self.selectors) and all(s.matches(labels) for s in self.selectors)
+
+    def query(self) -> dict[str, Any] | None:
+        """The selectors as one lightkube label query (None: nothing to list by label). A key
+        required twice keeps its first requirement: the list is then a superset, filtered
+        here."""
+        if not self.selectors:
+            return None
+        query: dict[str, Any] = {}
+        for selector in self.selectors:
+            for key, value in selector.match_labels.items():
+                query.setdefault(key, value)
+            for requirement in selector.match_expressions:
+                operator = {
+                    SelectorOperator.IN: lambda r: in_(r.values),
+                    SelectorOperator.NOT_IN: lambda r: not_in(r.values),
+                    SelectorOperator.EXISTS: lambda r: exists(),
+                    SelectorOperator.DOES_NOT_EXIST: lambda r: not_exists(),
+                }[requirement.operator]
+                query.setdefault(requirement.key, operator(requirement))
+        return query
+
+    def buckets(self) -> list[tuple[str, str] | None]:
+        """Where the want is filed for matching: under one label pair every selected object
+        carries, else under None (checked for every object of the namespace)."""
+        for selector in self.selectors:
+            for pair in selector.match_labels.items():
+                return [pair]
+        return [None] if self.selectors else []
+
+
+@dataclass
+class _Kept(Generic[F]):
+    fact: F
+    name: str
+    labels: Mapping[str, str]
+    version: int
+
+
+def _version(meta: Mapping[str, Any]) -> int:
+    # etcd revisions: the API server promises only opacity, but every server we target hands
+    # out increasing integers, and comparing them is what keeps a late watch event from
+    # undoing a newer LIST.
+    try:
+        return int(meta.get("resourceVersion") or 0)
+    except ValueError:
+        return 0
+
+
+@dataclass
+class _NamespaceSelection(Generic[F]):
+    kept: dict[str, _Kept[F]] = field(default_factory=dict)  # uid → fact
+    wants: dict[str, Want] = field(default_factory=dict)  # set key → want
+    by_label: dict[tuple[str, str] | None, set[str]] = field(default_factory=dict)
+    by_name: dict[str, set[str]] = field(default_factory=dict)
+
+
+class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
+    """namespace → facts of the wanted objects of one kind (a Mapping, as kopf's indexes were).
+
+    `notify(key)` is called for each set whose wanted objects changed."""
+
+    def __init__(
+        self,
+        plural: str,
+        kind: str,
+        group: str,
+        fact: Callable[[Mapping[str, Any]], F],
+    ) -> None:
+        version = f"{group}/v1" if group else "v1"
+        # A plain-dict resource, kept out of lightkube's registry (where `Pod` means the typed
+        # model): parsing a watch event costs a JSON decode, not a model tree.
+        self.resource = type(
+            kind,
+            (GenericNamespacedResource,),
+            {"_api_info": create_api_info(group, "v1", kind, plural)},
+        )
+        self.what = f"{plural} ({version})"
+        self.fact = fact
+        self.notify: Callable[[str], None] = lambda key: None
+        self.client: Callable[[], AsyncClient] | None = None
+        self.scope: Sequence[str] = ()
+        self._namespaces: dict[str, _NamespaceSelection[F]] = {}
+        self._synced = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listing = 0
+        self._deleted: set[str] = set()
+        self.relists = 0
+        CACHES.append(self)
+
+    # ------------------------------------------------------------------------- Mapping view
+
+    def __getitem__(self, namespace: str) -> Collection[F]:
+        return [kept.fact for kept in self._namespaces[namespace].kept.values()]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._namespaces)
+
+    def __len__(self) -> int:
+        return len(self._namespaces)
+
+    def kept(self) -> int:
+        """How many objects are kept, in every namespace."""
+        return sum(len(ns.kept) for ns in self._namespaces.values())
+
+    # ----------------------------------------------------------------------------- wanting
+
+    def wanted_by(self, namespace: str, name: str, labels: Mapping[str, str]) -> set[str]:
+        """Keys of the sets that want an object with this name and these labels."""
+        ns = self._namespaces.get(namespace)
+        if ns is None:
+            return set()
+        candidates = set(ns.by_name.get(name, ()))
+        candidates.update(ns.by_label.get(None, ()))
+        for pair in labels.items():
+            candidates.update(ns.by_label.get(pair, ()))
+        return {key for key in candidates if ns.wants[key].matches(name, labels)}
+
+    async def want(self, key: str, want: Want) -> None:
+        """Keep (and fill) what set `key` reads; returns once it is in the cache."""
+        await self.start()
+        ns = self._namespaces.setdefault(want.namespace, _NamespaceSelection())
+        old = ns.wants.get(key)
+        if old == want:
+            return
+        self._file(ns, key, old, want)
+        new_query = old is None or old.selectors != want.selectors
+        if new_query and want.query() is not None:
+            await self._fill(want.namespace, labels=want.query())
+        missing = want.names - {kept.name for kept in ns.kept.values()}
+        if old is not None:
+            missing -= old.names  # asked for already: a name not kept does not exist
+        for name in sorted(missing):
+            await self._fill(want.namespace, fields={"metadata.name": name})
+        if old is not None and old.selectors != want.selectors:
+            self._prune(ns, old)
+        elif old is not None and old.names - want.names:
+            self._prune(ns, Want(old.namespace, names=old.names - want.names))
+
+    def forget(self, key: str, namespace: str) -> None:
+        """Set `key` reads nothing any more (it was deleted)."""
+        ns = self._namespaces.get(namespace)
+        if ns is None or key not in ns.wants:
+            return
+        old = ns.wants[key]
+        self._file(ns, key, old, None)
+        self._prune(ns, old)
+
+    def _file(
+        self, ns: _NamespaceSelection[F], key: str, old: Want | None, new: Want | None
+    ) -> None:
+        if old is not None:
+            for bucket in old.buckets():
+                ns.by_label.get(bucket, set()).discard(key)
+            for name in old.names:
+                ns.by_name.get(name, set()).discard(key)
+            del ns.wants[key]
+        if new is not None:
+            for bucket in new.buckets():
+                ns.by_label.setdefault(bucket, set()).add(key)
+            for name in new.names:
+                ns.by_name.setdefault(name, set()).add(key)
+            ns.wants[key] = new
+
+    def _prune(self, ns: _NamespaceSelection[F], old: Want) -> None:
+        """Drop what only `old` wanted."""
+        for uid, kept in list(ns.kept.items()):
+            if old.matches(kept.name, kept.labels) and not self._wanted(ns, kept):
+                del ns.kept[uid]
+
+    def _wanted(self, ns: _NamespaceSelection[F], kept: _Kept[F]) -> bool:
+        return any(
+            ns.wants[key].matches(kept.name, kept.labels)
+            for key in (
+                ns.by_name.get(kept.name, set())
+                | ns.by_label.get(None, set())
+                | {k for pair in kept.labels.items() for k in ns.by_label.get(pair, ())}
+            )
+        )
+
+    async def _fill(self, namespace: str, **selectors: Any) -> None:
+        """Add what a filtered LIST finds. Deletions the watch reports meanwhile are kept
+        aside, so that the LIST's older view cannot bring a deleted object back."""
+        assert self.client is not None
+        self._listing += 1
+        try:
+            listing = self.client().list(self.resource, namespace=namespace, **selectors)
+            found = [as_dict(item) async for item in listing]
+        except ApiError as error:
+            if error.status.code != 404:
+                raise
+            found = []
+        finally:
+            self._listing -= 1
+        for body in found:
+            if body["metadata"]["uid"] not in self._deleted:
+                self._apply("ADDED", body, notify=False)
+        if not self._listing:
+            self._deleted.clear()
+
+    # ------------------------------------------------------------------------------ events
+
+    def _apply(self, event: str, body: Mapping[str, Any], *, notify: bool = True) -> None:
+        meta = body.get("metadata") or {}
+        namespace, uid, name = meta.get("namespace", ""), meta.get("uid", ""), meta.get("name", "")
+        labels = meta.get("labels") or {}
+        ns = self._namespaces.get(namespace)
+        if ns is None:
+            return
+        old = ns.kept.get(uid)
+        version = _version(meta)
+        if old is not None and version and version < old.version:
+            return  # older than what we hold
+        woken = self.wanted_by(namespace, name, labels)
+        if old is not None:
+            woken |= self.wanted_by(namespace, old.name, old.labels)
+        if event == "DELETED":
+            if self._listing:
+                self._deleted.add(uid)
+            ns.kept.pop(uid, None)
+        elif self.wanted_by(namespace, name, labels):
+            ns.kept[uid] = _Kept(self.fact(body), name, dict(labels), version)
+        else:
+            ns.kept.pop(uid, None)
+        if notify:
+            for key in woken:
+                self.notify(key)
+
+    def _drop_unlisted(self, namespace: str | None, listed: set[str]) -> None:
+        """After a full list of `namespace` (None: of the scope): what it did not find is gone."""
+        for name, ns in self._namespaces.items():
+            if namespace is not None and name != namespace:
+                continue
+            for uid in [uid for uid in ns.kept if uid not in listed]:
+                gone = ns.kept.pop(uid)
+                for key in self.wanted_by(name, gone.name, gone.labels):
+                    self.notify(key)
+
+    # ------------------------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        """Start the watches (once) and wait until each has listed its scope once."""
+        if not self._tasks:
+            assert self.client is not None, "configure() first"
+            exact = self.scope and not any(ch in ns for ns in self.scope for ch in "*?[!")
+            scopes: Sequence[str | None] = list(self.scope) if exact else [None]
+            synced = [asyncio.Event() for _ in scopes]
+            self._tasks = [
+                asyncio.create_task(self._watch(scope, done), name=f"watch {self.what}")
+                for scope, done in zip(scopes, synced, strict=True)
+            ]
+            await asyncio.gather(*(done.wait() for done in synced))
+            self._synced.set()
+        await self._synced.wait()
+
+    def _in_scope(self, namespace: str) -> bool:
+        return not self.scope or any(fnmatch.fnmatch(namespace, p) for p in self.scope)
+
+    async def _watch(self, namespace: str | None, synced: asyncio.Event) -> None:
+        assert self.client is not None
+        delay = RETRY_MIN
+        while True:
+            client = self.client()
+            try:
+                listing = client.list(self.resource, namespace=namespace, chunk_size=PAGE)
+                listed = set()
+                async for item in listing:
+                    body = as_dict(item)
+                    if self._in_scope(body["metadata"].get("namespace", "")):
+                        listed.add(body["metadata"]["uid"])
+                        self._apply("ADDED", body)
+                self._drop_unlisted(namespace, listed)
+                synced.set()
+                delay = RETRY_MIN
+                async for event, obj in client.watch(
+                    self.resource,
+                    namespace=namespace,
+                    resource_version=listing.resourceVersion,
+                    server_timeout=WATCH_TIMEOUT,
+                ):
+                    self._apply(event, as_dict(obj))
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # 410 Gone, connection loss, API errors: list again
+                gone = isinstance(error, ApiError) and error.status.code == 410
+                (logger.info if gone else logger.warning)(
+                    "watch of %s ended (%s); listing again", self.what, error
+                )
+                self.relists += 1
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX)
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        self._synced = asyncio.Event()
