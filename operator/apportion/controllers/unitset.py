@@ -310,7 +310,7 @@ class SetLoop:
             self.known_loads.clear()
             # Workers report a unit's load once they serve it: while the first table is new,
             # none may have yet. Counting units meanwhile is no fault; only an absence that
-            # outlasts two scrapes is (Prometheus' `for:` on an alert, in effect).
+            # outlasts `loads_grace` is (Prometheus' `for:` on an alert, in effect).
             since = self.loads_missing_since = self.loads_missing_since or now
             if now < since + loads_grace(spec.metrics.scrape):
                 return None, MetricsSource.COUNTS, None
@@ -518,6 +518,13 @@ async def close_writers(**_: Any) -> None:
     await close()
 
 
+LOADS_GRACE_MIN = 30.0
+"""Seconds new workers get to start serving and reporting, however short the scrape interval."""
+
+
 def loads_grace(scrape: ScrapeSpec) -> float:
-    """How long workers may report no unit's load before it is a fault: two scrapes."""
-    return 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()
+    """How long workers may report no unit's load before it is a fault: two scrapes, and at
+    least what a fleet of starting processes needs on a busy node."""
+    return max(
+        LOADS_GRACE_MIN, 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()
+    )
