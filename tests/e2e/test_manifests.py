@@ -100,6 +100,7 @@ def can_i(dev_cluster, user: str, verb: str, resource: str, namespace: str = "")
         ("watch", "graintypes.apportion.dev"),
         ("update", "shardsets.apportion.dev/finalizers"),
         ("create", "configmaps"),
+        ("watch", "configmaps"),
         ("patch", "pods"),
         ("create", "events"),
         ("create", "events.events.k8s.io"),
@@ -125,7 +126,7 @@ def test_operator_role_grants(dev_cluster, installed, verb: str, resource: str) 
         # Verbs the code never uses (issue 10): no grant beyond them.
         ("update", "leases.coordination.k8s.io"),
         ("list", "controllerrevisions.apps"),
-        ("list", "configmaps"),
+        ("patch", "configmaps"),
         ("update", "partitionsets.apportion.dev"),
         ("patch", "events"),
     ],

@@ -6,6 +6,11 @@ one: each step re-reads everything, so an operator crash or a failover to a stan
 may differ) is just a step that did not happen. Workers observe tables late and in order, write
 acks that land late and out of order (possibly on a newer pod with the same name), crash and
 restart, and are deleted or replaced by a new incarnation of the same name.
+
+The table itself is under attack too (docs/handoff.md, "When the table is lost"): the ConfigMap
+is deleted, garbled or rolled back to any earlier table; the operator's memory of its last table
+dies with it (a restart); the status — epoch reservation, published epoch, fence — survives, but
+the published epoch may lag the table (the operator died between the two writes).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from apportion.engine.handoff import (
     make_ack,
     owned_units,
     plan_worker,
+    recover,
     releasing_units,
     step,
     supersedes,
@@ -44,6 +50,8 @@ UNITS = ("0", "1", "2")
 NAMES = ("p0", "p1", "p2")
 TIMEOUT = 10.0
 SET = ResourceRef("ShardSet", "ns", "model", "set-uid")
+TEMPLATE = AssignmentTable.initial(SET, generation=1, key_scheme="akka", count=len(UNITS))
+GARBLED = "not a table"
 
 names = st.sampled_from(NAMES)
 
@@ -69,9 +77,18 @@ class Process:
 class HandoffModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.history = [
-            AssignmentTable.initial(SET, generation=1, key_scheme="akka", count=len(UNITS))
-        ]
+        # Every table the operator wrote, in order: what workers may observe.
+        self.history = [TEMPLATE]
+        # What the ConfigMap holds now: the last table written, or what someone made of it.
+        self.stored: AssignmentTable | str | None = TEMPLATE
+        self.memory: AssignmentTable | None = None  # the operator's; lost when it restarts
+        self.reserved = 0  # status.reservedEpoch: written before each table
+        self.status_epoch = 0  # status.epoch: written after each table, may lag
+        self.fence_until: float | None = None  # status.fencedUntil
+        # Tokens below the last fence's epoch were handed out by tables nobody remembered: a
+        # process may still serve (or even acquire, from a stale table) under one until it sees
+        # the fence, as after a timed-out hand-off.
+        self.fenced_below = 0
         self.pods: dict[str, Pod] = {}
         self.procs: dict[str, Process] = {}
         self.in_flight: list[tuple[str, Ack]] = []
@@ -89,8 +106,48 @@ class HandoffModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------ operator
 
-    def operator_step(self, now: float) -> HandoffDecision:
-        published = self.latest
+    def write(self, table: AssignmentTable, status_written: bool = True) -> None:
+        """Reserve the epoch in the status, write the table, then report it in the status."""
+        assert table.epoch > max(t.epoch for t in self.history), "an epoch used twice"
+        self.reserved = max(self.reserved, table.epoch)
+        self.stored = table
+        self.memory = table
+        self.history.append(table)
+        if status_written:
+            self.status_epoch = table.epoch
+
+    def repair(self, now: float) -> bool:
+        """The operator reads the table back; True when it had to repair it."""
+        stored = self.stored
+        found = stored if isinstance(stored, AssignmentTable) else None
+        fixed = recover(
+            found,
+            GARBLED if stored == GARBLED else None,
+            published=self.status_epoch,
+            reserved=self.reserved,
+            remembered=self.memory,
+            template=TEMPLATE,
+        )
+        if fixed is None:
+            if found is not None:
+                self.memory = found
+            return False
+        event(fixed.damage.value + (" (fenced)" if fixed.fenced else " (from memory)"))
+        if fixed.fenced:
+            self.fence_until = now + TIMEOUT
+            self.fenced_below = fixed.table.epoch
+        self.write(fixed.table)
+        return True
+
+    def operator_step(self, now: float) -> HandoffDecision | None:
+        if self.repair(now):
+            return None
+        if self.fence_until is not None:
+            if now < self.fence_until:
+                return None
+            self.fence_until = None
+        published = self.memory or self.latest
+        assert published is self.stored or published == self.stored
         live = {n: LivePod(p.uid, p.terminating) for n, p in self.pods.items()}
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
         decision = step(published, self.target, acks, live, now, TIMEOUT)
@@ -108,7 +165,7 @@ class HandoffModel(RuleBasedStateMachine):
                     old = published.units[unit]
                     assert old.owner is not None
                     self.forced.add((unit, published.member_uids[old.owner], old.epoch))
-        self.history.append(new)
+        self.write(new, status_written=self.status_follows)
         return decision
 
     @initialize(
@@ -120,9 +177,34 @@ class HandoffModel(RuleBasedStateMachine):
         self.target = wanted
         self.operator_step(self.now)
 
-    @rule(skew=st.sampled_from([0.0, 0.0, -3.0, 3.0]))
-    def operator(self, skew: float) -> None:
+    status_follows = True
+
+    @rule(skew=st.sampled_from([0.0, 0.0, -3.0, 3.0]), status_written=st.booleans())
+    def operator(self, skew: float, status_written: bool) -> None:
+        self.status_follows = status_written
         self.operator_step(self.now + skew)
+        self.status_follows = True
+
+    # ------------------------------------------------------------------------ table attacks
+
+    @rule()
+    def operator_restarts(self) -> None:
+        self.memory = None
+
+    @rule(watch_fired=st.booleans())
+    def table_deleted(self, watch_fired: bool) -> None:
+        self.stored = None
+        self.react(watch_fired)
+
+    @rule(watch_fired=st.booleans())
+    def table_garbled(self, watch_fired: bool) -> None:
+        self.stored = GARBLED
+        self.react(watch_fired)
+
+    @rule(data=st.data(), watch_fired=st.booleans())
+    def table_rolled_back(self, data: st.DataObject, watch_fired: bool) -> None:
+        self.stored = data.draw(st.sampled_from(self.history), label="rollback to")
+        self.react(watch_fired)
 
     def react(self, watch_fired: bool) -> None:
         """The operator is level-triggered: a change usually wakes it at once, but may not."""
@@ -210,9 +292,9 @@ class HandoffModel(RuleBasedStateMachine):
     def worker_observes(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.procs)))
         seen = self.procs[name].view.epoch
-        if seen < self.latest.epoch:
-            epoch = data.draw(st.integers(seen + 1, self.latest.epoch), label="epoch")
-            self.handle(name, self.history[epoch])
+        later = [t for t in self.history if t.epoch > seen]
+        if later:
+            self.handle(name, data.draw(st.sampled_from(later), label="table"))
 
     @precondition(lambda self: any(p.finishing for p in self.procs.values()))
     @rule(data=st.data())
@@ -265,7 +347,7 @@ class HandoffModel(RuleBasedStateMachine):
     @invariant()
     def epochs_never_go_backwards(self) -> None:
         for old, new in pairwise(self.history):
-            assert new.epoch == old.epoch + 1 and new.set_ref == old.set_ref
+            assert new.epoch > old.epoch and new.set_ref == old.set_ref
             for unit, state in old.units.items():
                 assert new.units[unit].epoch >= state.epoch
 
@@ -308,10 +390,14 @@ class HandoffModel(RuleBasedStateMachine):
                     and latest.member_uids[proc.me.name] == proc.me.uid
                     and state.epoch == token
                 )
-                assert current or (unit, proc.me.uid, token) in self.forced, (
+                assert current or self.allowed(unit, proc.me.uid, token), (
                     f"{proc.me} still serves {unit} (epoch {token}) but the table gave it to "
                     f"{state.owner} (epoch {state.epoch}) without a timed-out hand-off"
                 )
+
+    def allowed(self, unit: str, uid: str, token: int) -> bool:
+        """Serving an outdated token is allowed only where a timeout allowed it."""
+        return (unit, uid, token) in self.forced or token < self.fenced_below
 
     @invariant()
     def no_overlap_unless_forced(self) -> None:
@@ -322,7 +408,7 @@ class HandoffModel(RuleBasedStateMachine):
             tokens = [token for token, _ in servers]
             assert len(tokens) == len(set(tokens)), f"{unit} served twice under one epoch"
             for token, uid in servers[:-1]:
-                assert (unit, uid, token) in self.forced, (
+                assert self.allowed(unit, uid, token), (
                     f"{unit} served by {uid} (epoch {token}) and by a newer owner, "
                     "without a timed-out hand-off"
                 )
@@ -348,7 +434,10 @@ class HandoffModel(RuleBasedStateMachine):
             if name in self.pods:
                 self.pods[name].annotation = ack
         self.in_flight.clear()
-        for _ in range(4):
+        decision = None
+        for _ in range(6):
+            if self.fence_until is not None:
+                self.now = max(self.now, self.fence_until)
             for name, proc in self.procs.items():
                 self.handle(name, self.latest)
                 for unit in list(proc.finishing):
@@ -356,9 +445,9 @@ class HandoffModel(RuleBasedStateMachine):
                 proc.finishing.clear()
                 self.pods[name].annotation = make_ack(proc.view, proc.me)
             decision = self.operator_step(self.now)
-            if decision.new_table is None:
+            if decision is not None and decision.new_table is None:
                 break
-        assert decision.new_table is None, "no fixed point after quiescence"
+        assert decision is not None and decision.new_table is None, "no fixed point"
         for name in self.procs:
             self.handle(name, self.latest)
         assert not self.latest.releasing()

@@ -361,6 +361,18 @@ class UnitSetStatus(ApiModel):
         ge=0,
         description="Epoch of the published assignment; grows with every change, never goes back.",
     )
+    reserved_epoch: int | None = Field(
+        None,
+        ge=0,
+        description="The highest epoch the operator may have written: it reserves each epoch "
+        "here before writing its table, so a table lost or rolled back is republished above it and "
+        "no epoch is ever used twice.",
+    )
+    fenced_until: datetime | None = Field(
+        None,
+        description="A table lost with no copy left was replaced by one where no pod owns "
+        "anything; nothing is assigned before this time (one handoffTimeout later).",
+    )
     members: int | None = Field(None, ge=0, description="Worker pods selected.")
     ready_members: int | None = Field(
         None, ge=0, description="Selected worker pods that are Ready and own units."

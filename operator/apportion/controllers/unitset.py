@@ -17,8 +17,8 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Final
 
 import kopf
 from pydantic import ValidationError
@@ -39,7 +39,7 @@ from apportion.controllers.pods import PodFact, pod_cache, pods_of, select
 from apportion.controllers.selections import Want
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
-from apportion.engine.handoff import Reason
+from apportion.engine.handoff import Reason, recover
 from apportion.engine.unitset import (
     PassInput,
     PassResult,
@@ -52,7 +52,12 @@ from apportion.engine.unitset import (
     unit_set_status,
 )
 from apportion.publishing.client import api, close
-from apportion.publishing.configmaps import AssignmentStore, PublishConflict
+from apportion.publishing.configmaps import (
+    PART_LABEL,
+    SET_KIND_LABEL,
+    AssignmentStore,
+    PublishConflict,
+)
 from apportion.publishing.events import EventRecorder
 from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
@@ -60,7 +65,10 @@ from apportion.publishing.status import patch_status
 RESYNC_SECONDS = 300.0
 """A full pass at least this often, whatever the wake-ups say."""
 RETRY_SECONDS = 2.0
-"""Pause after a failed pass (API unreachable, a write rejected) before trying again."""
+"""First pause after a failed pass (API unreachable, a write rejected) or a second write
+conflict in a row; it doubles with each further one, up to RETRY_MAX_SECONDS, and resets on
+success (controller-runtime's per-item exponential back-off)."""
+RETRY_MAX_SECONDS = 300.0
 TIMEOUT_REPORT_SECONDS = 60.0
 """Degraded stays HandoffTimedOut at least this long (or one handoffTimeout) after a forced
 reassignment, so that `kubectl get` shows it."""
@@ -125,10 +133,25 @@ class SetLoop:
         self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
         self.store = AssignmentStore(api(), self.set_ref, self.config_map)
+        _roots[(self.namespace, self.config_map)] = self.key
         self.writers = writers()
         self.published: AssignmentTable | None = None
         self.exists = False  # whether the ConfigMap holds our table
+        # The last table written or read intact: what the workers serve, should the ConfigMap
+        # be lost, garbled or rolled back (docs/handoff.md, "When the table is lost").
+        self.remembered: AssignmentTable | None = None
+        self.fence_until: float | None = None
+        self.fence_problem: Problem | None = None
+        self.failures = 0
+        self.conflicts = 0
         status = body.get("status") or {}
+        self.reserved_in_status = int(status.get("reservedEpoch") or 0)
+        # A fence outlives the operator that raised it: a successor holds it just as long.
+        self.fence_until = _seconds(status.get("fencedUntil"))
+        if self.fence_until is not None:
+            self.fence_problem = Problem(
+                "AssignmentFenced", "every unit stays unowned until the fence has held"
+            )
         self.last_round = _seconds(status.get("lastRebalanceTime"))
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
@@ -151,14 +174,21 @@ class SetLoop:
                 seen = wakeups.tick(self.key)
                 try:
                     wake_at = await self.reconcile()
+                    self.failures = self.conflicts = 0
                 except PublishConflict as conflict:
                     self.logger.info("%s; reloading the published assignment", conflict)
                     self.published = None
-                    continue
-                except Exception:
+                    self.conflicts += 1
+                    if self.conflicts == 1:
+                        continue  # another writer was first: decide again at once
+                    wake_at = time.time() + backoff(self.conflicts - 1)
+                except Exception as error:
                     self.logger.exception("Placement pass failed; retrying")
                     self.fingerprint = None
-                    wake_at = time.time() + RETRY_SECONDS
+                    self.failures += 1
+                    delay = backoff(self.failures)
+                    wake_at = time.time() + delay
+                    await self.report_failure(f"{error or type(error).__name__}", delay)
                 now = time.time()
                 timeout = min(self.resync_at, wake_at or math.inf) - now
                 if timeout > 0:
@@ -172,18 +202,65 @@ class SetLoop:
             for cache in (pod_cache, *workload_caches.values()):
                 cache.forget(self.key, self.namespace)
             wakeups.forget(self.key)
+            _roots.pop((self.namespace, self.config_map), None)
 
-    async def load(self, spec: UnitSetSpec) -> None:
-        """Continue from the published table; without one, from the epoch the status last
-        reported (a lost ConfigMap never makes epochs go backwards)."""
-        table = await self.store.load()
-        self.exists = table is not None
-        if table is None:
-            epoch = (self.body.get("status") or {}).get("epoch") or 0
-            table = initial_table(self.set_ref, spec, self.generation, epoch)
-        self.published = table
+    async def load(self, spec: UnitSetSpec, now: float) -> None:
+        """Continue from the published table, or repair it first when it is gone, unreadable,
+        rolled back or tampered with (`engine.handoff.recover`)."""
+        loaded = await self.store.load()
+        status = self.body.get("status") or {}
+        reserved = self.reserved_in_status = max(
+            self.reserved_in_status, int(status.get("reservedEpoch") or 0)
+        )
+        if not reserved:
+            # A status from before epochs were reserved: the table and the status's epoch are
+            # all that tell how far epochs went.
+            found = loaded.table.epoch if loaded.table is not None else 0
+            reserved = max(int(status.get("epoch") or 0), found)
+        template = initial_table(self.set_ref, spec, self.generation)
+        repair = recover(
+            loaded.table,
+            loaded.unreadable,
+            published=int(status.get("epoch") or 0),
+            reserved=reserved,
+            remembered=self.remembered,
+            template=template,
+        )
         self.fingerprint = None
-        self.logger.debug("Continuing from epoch %d", table.epoch)
+        if repair is None:
+            self.published = loaded.table or template
+            self.exists = loaded.table is not None
+            self.remember(self.published)
+            self.logger.debug("Continuing from epoch %d", self.published.epoch)
+            return
+        self.logger.warning("Repairing the assignment: %s", repair.message)
+        self.writers.events.post(
+            self.set_ref, "Warning", repair.damage.value, "Repair", repair.message
+        )
+        if repair.fenced:
+            self.fence_until = now + spec.rebalance.handoff_timeout.total_seconds()
+            self.fence_problem = Problem("AssignmentFenced", repair.message)
+        await self.write_table(repair.table)
+
+    def remember(self, table: AssignmentTable) -> None:
+        self.remembered = table
+
+    async def write_table(self, table: AssignmentTable) -> None:
+        """Reserve the table's epoch in the status, then write the table: the status then
+        always names an epoch at or above every table ever written, and a fence its end."""
+        if table.epoch > self.reserved_in_status or self.fence_until is not None:
+            fence = None if self.fence_until is None else _timestamp(self.fence_until)
+            await patch_status(
+                api(),
+                self.set_ref.kind,
+                self.namespace,
+                self.set_ref.name,
+                {"reservedEpoch": max(table.epoch, self.reserved_in_status), "fencedUntil": fence},
+            )
+            self.reserved_in_status = max(table.epoch, self.reserved_in_status)
+        await self.store.publish(table)
+        self.published, self.exists = table, True
+        self.remember(table)
 
     @property
     def generation(self) -> int:
@@ -209,8 +286,10 @@ class SetLoop:
             await self.report_invalid(f"spec rejected by the operator: {parsed.errors()[0]['msg']}")
             return None
         spec: UnitSetSpec = parsed.spec  # type: ignore[attr-defined]
+        if table_changed(self.key, self.store.version):
+            self.published = None  # someone else wrote or deleted it: read it back
         if self.published is None:
-            await self.load(spec)
+            await self.load(spec, now)
         assert self.published is not None
 
         await self.watch(spec)
@@ -236,6 +315,11 @@ class SetLoop:
                 key=lambda v: v.name,
             )
         )
+        if self.fence_until is not None:
+            if now < self.fence_until:
+                problem = problem or self.fence_problem
+            else:
+                self.fence_until = self.fence_problem = None
         # Load figures change with every scrape: with them, plan at most once per interval.
         interval = spec.rebalance.interval.total_seconds()
         load_tick = None if loads is None else int(now // interval)
@@ -290,6 +374,8 @@ class SetLoop:
             self.wake_at = min(self.wake_at or math.inf, (load_tick + 1) * interval)
         if self.timed_out is not None:
             self.wake_at = min(t for t in (self.wake_at, self.timed_out[0]) if t is not None)
+        if self.fence_until is not None:
+            self.wake_at = min(self.wake_at or math.inf, self.fence_until)
         if self.loads_missing_since is not None and metrics_problem is None:
             assert spec.metrics.scrape is not None
             due = self.loads_missing_since + loads_grace(spec.metrics.scrape)
@@ -359,8 +445,7 @@ class SetLoop:
     async def publish(self, result: PassResult, now: float) -> None:
         table = result.new_table
         assert table is not None and result.decision is not None
-        await self.store.publish(table)
-        self.published, self.exists = table, True
+        await self.write_table(table)
         if result.round_started:
             self.last_round = now
         events = self.writers.events
@@ -384,13 +469,23 @@ class SetLoop:
     async def report_invalid(self, message: str) -> None:
         """A spec the API server accepted but the models reject (CRD/operator version skew):
         nothing is placed, the published table stands."""
+        await self.report_blocked("InvalidSpec", message)
+
+    async def report_failure(self, error: str, delay: float) -> None:
+        """A pass failed (API unreachable, a write refused, a table that cannot be read or
+        written): the status must not go on claiming Ready, and the reason belongs in a condition
+        and an Event, not only in the log."""
+        message = f"placement pass failed: {error}; retrying in {delay:.0f}s"
+        try:
+            await self.report_blocked("PassFailed", message)
+        except Exception as failure:  # the API server may be what failed
+            self.logger.warning("Could not report the failure in the status: %s", failure)
+
+    async def report_blocked(self, reason: str, message: str) -> None:
         previous = (self.status or self.body.get("status") or {}).get("conditions") or ()
         conditions = previous
         now = condition_time(time.time())
-        for type_, value, reason in (
-            (ConditionType.READY, False, "InvalidSpec"),
-            (ConditionType.DEGRADED, True, "InvalidSpec"),
-        ):
+        for type_, value in ((ConditionType.READY, False), (ConditionType.DEGRADED, True)):
             conditions = set_condition(
                 conditions,
                 type_=type_,
@@ -401,9 +496,9 @@ class SetLoop:
                 now=now,
             )
         status = {"observedGeneration": self.generation, "conditions": dump_conditions(conditions)}
-        if "InvalidSpec" not in self.reported:
-            self.writers.events.post(self.set_ref, "Warning", "InvalidSpec", "Place", message)
-            self.reported = {"InvalidSpec"}
+        if reason not in self.reported:
+            self.writers.events.post(self.set_ref, "Warning", reason, "Place", message)
+            self.reported = {reason}
         if status != self.status:
             await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
             self.status = status
@@ -478,6 +573,10 @@ class SetLoop:
         self.writers.metrics.forget(self.namespace, self.set_ref.name)
 
 
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(math.ceil(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _seconds(timestamp: str | None) -> float | None:
     if not timestamp:
         return None
@@ -507,6 +606,50 @@ def register(kind: type[Resource]) -> None:
     kopf.on.event(*resource, id="wake")(changed)
 
 
+# ------------------------------------------------------------------------- its own ConfigMaps
+
+_REREAD: Final = "reread"
+_roots: dict[tuple[str, str], str] = {}
+"""(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels and
+owner reference the operator wrote, its name is what identifies it."""
+_table_versions: dict[str, str | None] = {}
+"""set key → resourceVersion of its root ConfigMap as last seen by the watch (None: deleted,
+_REREAD: a chunk was deleted), until the set's daemon takes it."""
+
+
+def table_changed(key: str, version: str | None) -> bool:
+    """Whether the set's ConfigMaps changed since the daemon read or wrote `version` (its own
+    writes come back through the watch with the version it already holds)."""
+    if key not in _table_versions:
+        return False
+    seen = _table_versions.pop(key)
+    return seen != version
+
+
+@kopf.on.event("", "v1", "configmaps", labels={SET_KIND_LABEL: kopf.PRESENT})
+async def assignment_changed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
+    """A set's table deleted, edited or replaced by anyone wakes the set, which reads it back
+    and repairs it if needed: the operator does not wait for an unrelated event."""
+    meta = body.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    deleted = event.get("type") == "DELETED"
+    version: str | None
+    if (meta.get("labels") or {}).get(PART_LABEL) == "chunk":
+        owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
+        if not deleted or owner is None:
+            return  # chunks are written before their root, which announces them
+        key = set_key(owner["kind"], namespace, owner["name"])
+        version = _REREAD
+    else:
+        found = _roots.get((namespace, meta.get("name", "")))
+        if found is None:
+            return
+        key = found
+        version = None if deleted else meta.get("resourceVersion")
+    _table_versions[key] = version
+    wakeups.notify(key)
+
+
 @kopf.on.cleanup()
 async def close_writers(**_: Any) -> None:
     await selections.stop()
@@ -528,3 +671,9 @@ def loads_grace(scrape: ScrapeSpec) -> float:
     return max(
         LOADS_GRACE_MIN, 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()
     )
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait after the `failures`-th failure in a row: doubling from RETRY_SECONDS
+    to RETRY_MAX_SECONDS."""
+    return min(RETRY_MAX_SECONDS, RETRY_SECONDS * 2 ** max(0, failures - 1))

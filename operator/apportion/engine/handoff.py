@@ -347,3 +347,106 @@ def supersedes(new: AssignmentTable, old: AssignmentTable | None) -> bool:
     """Whether a worker should act on `new` after `old`: epochs only move forward within one
     set incarnation; a recreated set (new uid) starts over."""
     return old is None or new.set_ref.uid != old.set_ref.uid or new.epoch > old.epoch
+
+
+# --- When the table itself is lost ----------------------------------------------------------
+
+
+class TableDamage(StrEnum):
+    """What happened to the published table, as the condition and Event reason."""
+
+    LOST = "AssignmentTableLost"
+    UNREADABLE = "AssignmentTableUnreadable"
+    ROLLED_BACK = "AssignmentTableRolledBack"
+    TAMPERED = "AssignmentTableTampered"
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """The table to write at once in place of a damaged one."""
+
+    damage: TableDamage
+    table: AssignmentTable
+    fenced: bool
+    """No copy of the last table survived: every unit is unowned (the fence) and stays so until
+    `handoffTimeout` has passed, by which time a worker that still serves what it was given must
+    have seen the fence and stopped (the same allowance as a timed-out hand-off)."""
+    message: str
+
+
+def recover(
+    found: AssignmentTable | None,
+    unreadable: str | None,
+    *,
+    published: int,
+    reserved: int,
+    remembered: AssignmentTable | None,
+    template: AssignmentTable,
+) -> Recovery | None:
+    """None when `found` (the table read back) may be continued from; else what to write.
+
+    `reserved`: the epoch the operator reserved in its status before its last write (so the
+    status outlives the table); no table above it is the operator's, and one below it was rolled
+    back — or its write failed, which the remembered table tells apart. `published`: the epoch
+    the status last reported as published. `remembered`: the last table this operator wrote or
+    read intact, if it still has it. `template`: an unowned table of the set's current shape
+    (the fence is made from it).
+
+    A table gone, unreadable, rolled back or tampered with is replaced at an epoch above every
+    epoch that may have been used: by the remembered table's owners — what the workers serve —
+    so nothing moves, or else by the fence. Epochs are never reused: a worker ignores a table
+    whose epoch it has seen, so a reused epoch would leave it serving what the new table gives
+    to another pod.
+    """
+    if remembered is not None and remembered.set_ref.uid != template.set_ref.uid:
+        remembered = None
+    epochs = [reserved, published, *(t.epoch for t in (found, remembered) if t is not None)]
+    high = max(epochs)
+    if unreadable is not None:
+        damage, why = TableDamage.UNREADABLE, unreadable
+    elif found is None:
+        if high == 0:
+            return None  # a new set: nothing was ever published
+        damage, why = TableDamage.LOST, f"the table is gone (epoch {high} was reserved)"
+    elif remembered is not None and found.epoch < remembered.epoch:
+        damage = TableDamage.ROLLED_BACK
+        why = f"the table went back to epoch {found.epoch} after epoch {remembered.epoch}"
+    elif remembered is None and found.epoch < max(reserved, published):
+        # Without a copy, a table below the reservation cannot be told from a rolled-back one
+        # (or from the table before a write that failed): its owners may be stale.
+        damage = TableDamage.ROLLED_BACK
+        why = f"the table is at epoch {found.epoch}, below epoch {max(reserved, published)}"
+    elif (reserved and found.epoch > reserved) or (
+        remembered is not None and found.epoch == remembered.epoch and found != remembered
+    ):
+        damage = TableDamage.TAMPERED
+        why = f"epoch {found.epoch} was not written by the operator"
+    else:
+        return None
+    epoch = high + 1
+    if remembered is not None:
+        table = AssignmentTable(
+            remembered.set_ref,
+            remembered.generation,
+            remembered.key_scheme,
+            remembered.count,
+            epoch,
+            remembered.members,
+            remembered.units,
+        )
+        what = f"republished the owners of epoch {remembered.epoch} as epoch {epoch}"
+        return Recovery(damage, table, fenced=False, message=f"{why}: {what}")
+    fence = AssignmentTable(
+        template.set_ref,
+        template.generation,
+        template.key_scheme,
+        template.count,
+        epoch,
+        (),
+        {unit: UnitState(None, epoch) for unit in template.units},
+    )
+    what = (
+        f"no copy survived: every unit is unowned at epoch {epoch} until the workers have had "
+        "handoffTimeout to stop serving"
+    )
+    return Recovery(damage, fence, fenced=True, message=f"{why}: {what}")

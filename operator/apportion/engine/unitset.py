@@ -525,7 +525,16 @@ def _conditions(
     return conditions
 
 
-_BLOCKING = frozenset({"NoMembers", "InvalidStrategy", "InvalidSpec", "WorkloadNotFound"})
+_BLOCKING = frozenset(
+    {
+        "NoMembers",
+        "InvalidStrategy",
+        "InvalidSpec",
+        "WorkloadNotFound",
+        "AssignmentFenced",
+        "PassFailed",
+    }
+)
 """Problems that stop placement altogether (the published table stands)."""
 
 

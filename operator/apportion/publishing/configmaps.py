@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -19,6 +20,7 @@ from lightkube.resources.core_v1 import ConfigMap
 
 from apportion import API_VERSION
 from apportion.api.assignment import (
+    AssignmentFormatError,
     AssignmentTable,
     ConfigMapPayload,
     IncompleteAssignment,
@@ -72,6 +74,17 @@ def owner_reference(set_ref: ResourceRef) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """What the root ConfigMap holds for one set."""
+
+    table: AssignmentTable | None
+    """This set's table; None when there is none (see `unreadable`)."""
+    unreadable: str | None = None
+    """Why a ConfigMap that exists holds no usable table (not JSON, not a table, chunks
+    missing); None when it is absent or fine."""
+
+
 class AssignmentStore:
     """Reads and writes the ConfigMaps holding one set's assignment (root `name`)."""
 
@@ -82,28 +95,37 @@ class AssignmentStore:
         self._version: str | None = None
         self._chunks: tuple[str, ...] = ()
 
-    async def load(self) -> AssignmentTable | None:
-        """The published table, or None when there is none for this very set (absent, or left
-        by an earlier set of the same name). Remembers the root's version for the next write."""
+    @property
+    def version(self) -> str | None:
+        """resourceVersion of the root as last read or written (None: it did not exist)."""
+        return self._version
+
+    async def load(self) -> Loaded:
+        """The published table; none when the root is absent or was left by an earlier set of
+        the same name, or (with the reason) when it holds no usable table. Remembers the root's
+        version either way, so the next write replaces exactly what was read."""
         for attempt in range(READ_ATTEMPTS):
             root = await self._get(self.name)
             if root is None:
                 self._version, self._chunks = None, ()
-                return None
-            payload = ConfigMapPayload.from_configmap(root, self.name)
-            suffixes = chunk_suffixes(payload)
-            chunks = [await self._get(self.name + s) for s in suffixes]
+                return Loaded(None)
+            self._version, self._chunks = root["metadata"]["resourceVersion"], ()
             try:
+                payload = ConfigMapPayload.from_configmap(root, self.name)
+                suffixes = chunk_suffixes(payload)
+                chunks = [await self._get(self.name + s) for s in suffixes]
                 table = decode_assignment(
                     [payload, *(ConfigMapPayload.from_configmap(c, self.name) for c in chunks if c)]
                 )
-            except IncompleteAssignment:
-                # A write replaced the root between our reads: its chunks are newer.
+            except IncompleteAssignment as error:
+                # A write replaced the root between our reads (its chunks are newer), or the
+                # chunks are gone for good.
                 if attempt + 1 == READ_ATTEMPTS:
-                    raise
+                    return Loaded(None, f"ConfigMap {self.name} is incomplete: {error}")
                 await asyncio.sleep(0.1 * (attempt + 1))
                 continue
-            self._version = root["metadata"]["resourceVersion"]
+            except AssignmentFormatError as error:
+                return Loaded(None, f"ConfigMap {self.name} holds no valid table: {error}")
             self._chunks = suffixes
             if table.set_ref.uid != self.set_ref.uid:
                 logger.info(
@@ -111,8 +133,8 @@ class AssignmentStore:
                     self.name,
                     self.set_ref.kind,
                 )
-                return None
-            return table
+                return Loaded(None)
+            return Loaded(table)
         raise AssertionError("unreachable")
 
     async def publish(self, table: AssignmentTable) -> None:

@@ -1,0 +1,105 @@
+"""`engine.handoff.recover`: what the operator writes when its table is lost, garbled, rolled back
+or tampered with (docs/handoff.md, "When the table is lost")."""
+
+from __future__ import annotations
+
+import pytest
+
+from apportion.api.assignment import AssignmentTable, Incarnation, ResourceRef, UnitState
+from apportion.engine.handoff import TableDamage, plan_worker, recover
+
+SET = ResourceRef("ShardSet", "ns", "carts", "uid-1")
+TEMPLATE = AssignmentTable.initial(SET, generation=1, key_scheme="akka", count=4)
+A, B = Incarnation("w-0", "uid-a"), Incarnation("w-1", "uid-b")
+
+
+def table(epoch: int, owners: dict[str, str]) -> AssignmentTable:
+    units = {u: UnitState(owners.get(u), min(epoch, 3) if u in owners else 0) for u in "0123"}
+    return AssignmentTable(SET, 1, "akka", 4, epoch, (A, B), units)
+
+
+LAST = table(8, {"0": "w-0", "1": "w-1", "2": "w-0", "3": "w-1"})
+OLD = table(5, {"0": "w-1", "1": "w-0", "2": "w-1", "3": "w-0"})
+
+
+def test_an_intact_table_is_continued() -> None:
+    assert recover(LAST, None, published=8, reserved=8, remembered=LAST, template=TEMPLATE) is None
+
+
+def test_a_new_set_starts_from_nothing() -> None:
+    assert recover(None, None, published=0, reserved=0, remembered=None, template=TEMPLATE) is None
+
+
+@pytest.mark.parametrize(
+    ("found", "unreadable", "damage"),
+    [
+        (None, None, TableDamage.LOST),
+        (None, "ConfigMap carts-shardset-assignment holds no valid table", TableDamage.UNREADABLE),
+        (OLD, None, TableDamage.ROLLED_BACK),
+        (table(8, {"0": "w-1"}), None, TableDamage.TAMPERED),
+    ],
+)
+def test_with_the_last_table_remembered_its_owners_return_above_every_reserved_epoch(
+    found: AssignmentTable | None, unreadable: str | None, damage: TableDamage
+) -> None:
+    repair = recover(found, unreadable, published=8, reserved=8, remembered=LAST, template=TEMPLATE)
+    assert repair is not None and repair.damage is damage and not repair.fenced
+    assert repair.table.epoch == 9, "above everything that may have been published"
+    assert repair.table.owners() == LAST.owners() and repair.table.members == LAST.members
+    # Each worker keeps serving exactly what it served, under the same tokens: nothing moves.
+    for me in (A, B):
+        serving = {u: LAST.units[u].epoch for u, o in LAST.owners().items() if o == me.name}
+        plan = plan_worker(repair.table, me, serving)
+        assert not plan.acquire and not plan.release and not plan.stop
+
+
+def test_without_a_copy_the_fence_makes_every_worker_stop() -> None:
+    repair = recover(None, None, published=8, reserved=8, remembered=None, template=TEMPLATE)
+    assert repair is not None and repair.fenced and repair.damage is TableDamage.LOST
+    assert repair.table.epoch == 9
+    assert set(repair.table.owners().values()) == {None}
+    # A unit's token grows even into Unowned, so the next owner's is above every old one.
+    assert {s.epoch for s in repair.table.units.values()} == {9}
+    for me in (A, B):
+        serving = {u: LAST.units[u].epoch for u, o in LAST.owners().items() if o == me.name}
+        assert plan_worker(repair.table, me, serving).stop == frozenset(serving)
+
+
+def test_after_a_restart_the_table_at_the_reservation_is_continued() -> None:
+    """The status lags the table (written after it); the reservation does not (before it)."""
+    assert recover(LAST, None, published=7, reserved=8, remembered=None, template=TEMPLATE) is None
+
+
+def test_a_table_below_the_reservation_is_kept_while_it_is_the_one_remembered() -> None:
+    """The write of epoch 9 failed after its reservation: the table is the last one written."""
+    assert recover(LAST, None, published=8, reserved=9, remembered=LAST, template=TEMPLATE) is None
+
+
+def test_after_a_restart_a_table_below_the_reservation_is_fenced() -> None:
+    """Rolled back while the status lagged, or the write after the reservation failed: without
+    a copy the two look alike, and the fence is the safe answer to both."""
+    repair = recover(LAST, None, published=8, reserved=9, remembered=None, template=TEMPLATE)
+    assert repair is not None and repair.fenced and repair.table.epoch == 10
+
+
+def test_a_rolled_back_table_without_a_copy_is_not_trusted() -> None:
+    """Its owners are stale: a worker that got a unit since would serve it beside the old one.
+    The status's epoch (8) says a newer table was published."""
+    repair = recover(OLD, None, published=8, reserved=8, remembered=None, template=TEMPLATE)
+    assert repair is not None and repair.fenced and repair.damage is TableDamage.ROLLED_BACK
+    assert repair.table.epoch == 9
+
+
+def test_a_table_above_the_reservation_was_not_written_by_the_operator() -> None:
+    forged = table(500, {"0": "w-1"})
+    repair = recover(forged, None, published=8, reserved=8, remembered=LAST, template=TEMPLATE)
+    assert repair is not None and repair.damage is TableDamage.TAMPERED
+    assert repair.table.epoch == 501 and repair.table.owners() == LAST.owners()
+
+
+def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
+    other = AssignmentTable(
+        ResourceRef("ShardSet", "ns", "carts", "uid-0"), 1, "akka", 4, 9, (A, B), LAST.units
+    )
+    repair = recover(None, None, published=8, reserved=8, remembered=other, template=TEMPLATE)
+    assert repair is not None and repair.fenced
