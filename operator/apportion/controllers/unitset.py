@@ -376,9 +376,11 @@ class SetLoop:
             self.wake_at = min(t for t in (self.wake_at, self.timed_out[0]) if t is not None)
         if self.fence_until is not None:
             self.wake_at = min(self.wake_at or math.inf, self.fence_until)
-        if self.loads_missing_since is not None and metrics_problem is None:
+        if self.loads_missing_since is not None:
+            # Scrapes run when a pass asks for figures: until the workers report, pass once a
+            # scrape interval, so the figures are fresh when they come and the grace is kept.
             assert spec.metrics.scrape is not None
-            due = self.loads_missing_since + loads_grace(spec.metrics.scrape)
+            due = now + spec.metrics.scrape.interval.total_seconds()
             self.wake_at = min(self.wake_at or math.inf, due)
         return self.wake_at
 
