@@ -103,3 +103,23 @@ def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
     )
     repair = recover(None, None, published=8, reserved=8, remembered=other, template=TEMPLATE)
     assert repair is not None and repair.fenced
+
+
+def test_a_reported_handoff_timeout_survives_a_restart() -> None:
+    """The successor reads HandoffTimedOut back from the status and keeps it for its full time
+    (60 s from the transition) instead of clearing it in its first pass."""
+    from apportion.controllers.unitset import TIMEOUT_REPORT_SECONDS, _timed_out_from
+
+    degraded = {
+        "type": "Degraded",
+        "status": "True",
+        "reason": "HandoffTimedOut",
+        "message": "w-1 did not release 3 unit(s) within 60s",
+        "lastTransitionTime": "2026-11-24T10:00:00Z",
+    }
+    until, problem = _timed_out_from({"conditions": [degraded]})
+    assert until == 1795514400.0 + TIMEOUT_REPORT_SECONDS  # 2026-11-24T10:00:00Z, by hand
+    assert (problem.reason, problem.message) == ("HandoffTimedOut", degraded["message"])
+    other = {**degraded, "reason": "NoMembers"}
+    assert _timed_out_from({"conditions": [other]}) is None
+    assert _timed_out_from({}) is None

@@ -155,7 +155,7 @@ class SetLoop:
         self.last_round = _seconds(status.get("lastRebalanceTime"))
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
-        self.timed_out: tuple[float, Problem] | None = None
+        self.timed_out = _timed_out_from(status)
         self.known_loads: dict[str, float] = {}
         self.loads_missing_since: float | None = None
         self.fingerprint: tuple[Any, ...] | None = None
@@ -573,6 +573,20 @@ class SetLoop:
         self.writers.costs.update(self.namespace, self.set_key, {}, pods)
         self.writers.costs.forget_set(self.namespace, self.set_key)
         self.writers.metrics.forget(self.namespace, self.set_ref.name)
+
+
+def _timed_out_from(status: Mapping[str, Any]) -> tuple[float, Problem] | None:
+    """A HandoffTimedOut the status reports stays reported for its full time after a restart
+    or a failover: the standby reads it back instead of forgetting it."""
+    degraded = next(
+        (c for c in status.get("conditions") or () if c.get("type") == "Degraded"), None
+    )
+    if degraded is None or degraded.get("reason") != "HandoffTimedOut":
+        return None
+    since = _seconds(degraded.get("lastTransitionTime"))
+    if since is None:
+        return None
+    return since + TIMEOUT_REPORT_SECONDS, Problem("HandoffTimedOut", degraded.get("message", ""))
 
 
 def _timestamp(seconds: float) -> str:
