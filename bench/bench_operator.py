@@ -108,6 +108,7 @@ class OperatorProcess:
         args = [sys.executable, "-m", "apportion", "operator"]
         for ns in namespaces:
             args += ["--namespace", ns]
+        self.log = log
         self._out = log.open("w")
         self.process = subprocess.Popen(
             args, env=cluster.env, stdout=self._out, stderr=subprocess.STDOUT
@@ -402,7 +403,8 @@ class NamespaceTables(threading.Thread):
                     with self.changed:
                         self.tables[name[: -len(self.SUFFIX)]] = (time.time(), table)
                         self.changed.notify_all()
-            except Exception:
+            except Exception as error:
+                print(f"table watch: {error!r}; watching again", file=sys.stderr)
                 time.sleep(0.05)
 
     def wait(self, name: str, accept: Callable[[AssignmentTable], bool], timeout: float) -> float:
@@ -511,6 +513,9 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
             create_all(client, noise, ns)
             pods = sum(len(p) for p in alive.values())
             measure("unrelated pods added", made, pods, unrelated, cpu0, t0)
+    except Exception:
+        print(operator.log.read_text()[-3000:], file=sys.stderr)
+        raise
     finally:
         operator.stop()
     return rows
