@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
@@ -482,6 +483,20 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
                 [Pod.from_dict(pod(p, {"bench-set": name})) for name in new for p in alive[name]],
                 ns,
             )
+            # Sets start over all their pods: one placed on fewer would hand units to the
+            # late ones, which bare pods never acknowledge.
+            wait_until(
+                lambda: (
+                    sum(
+                        1
+                        for p in client.list(Pod, namespace=ns, labels={"bench-set": exists()})
+                        if p.status.phase == "Running"
+                    )
+                    >= sum(len(p) for p in alive.values())
+                ),
+                3600,
+                "every set's pods running",
+            )
             create_all(
                 client,
                 [
@@ -492,7 +507,7 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
                             {
                                 "partitions": 16,
                                 "selector": {"matchLabels": {"bench-set": name}},
-                                "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+                                "rebalance": {"interval": "1s", "handoffTimeout": "2s"},
                             },
                         )
                     )
