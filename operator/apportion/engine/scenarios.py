@@ -569,13 +569,14 @@ def _measure(
         capacity = math.fsum(state.members[i].capacity for i in targets)
         total = math.fsum(loads.get(u, 0.0) for u in world.units)
         if targets and total > 0:
-            mean = total / capacity
+            # max / (total / capacity), without the mean: a tiny total would round it to zero.
             load_ratio = (
                 max(
                     math.fsum(loads.get(u, 0.0) for u in state.held[i]) / state.members[i].capacity
                     for i in targets
                 )
-                / mean
+                * capacity
+                / total
             )
         else:
             load_ratio = 0.0
