@@ -114,7 +114,7 @@ def _version(meta: Mapping[str, Any]) -> int:
 
 
 @dataclass
-class _Selected(Generic[F]):
+class _NamespaceSelection(Generic[F]):
     """One namespace: the objects kept, the wants, and the wants filed for matching."""
 
     kept: dict[str, _Kept[F]] = field(default_factory=dict)  # uid → fact
@@ -148,7 +148,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         self.notify: Callable[[str], None] = lambda key: None
         self.client: Callable[[], AsyncClient] | None = None
         self.scope: Sequence[str] = ()
-        self._namespaces: dict[str, _Selected[F]] = {}
+        self._namespaces: dict[str, _NamespaceSelection[F]] = {}
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listing = 0
@@ -187,7 +187,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     async def want(self, key: str, want: Want) -> None:
         """Keep (and fill) what set `key` reads; returns once it is in the cache."""
         await self.start()
-        ns = self._namespaces.setdefault(want.namespace, _Selected())
+        ns = self._namespaces.setdefault(want.namespace, _NamespaceSelection())
         old = ns.wants.get(key)
         if old == want:
             return
@@ -214,7 +214,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         self._file(ns, key, old, None)
         self._prune(ns, old)
 
-    def _file(self, ns: _Selected[F], key: str, old: Want | None, new: Want | None) -> None:
+    def _file(
+        self, ns: _NamespaceSelection[F], key: str, old: Want | None, new: Want | None
+    ) -> None:
         if old is not None:
             for bucket in old.buckets():
                 ns.by_label.get(bucket, set()).discard(key)
@@ -228,13 +230,13 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                 ns.by_name.setdefault(name, set()).add(key)
             ns.wants[key] = new
 
-    def _prune(self, ns: _Selected[F], old: Want) -> None:
+    def _prune(self, ns: _NamespaceSelection[F], old: Want) -> None:
         """Drop what only `old` wanted."""
         for uid, kept in list(ns.kept.items()):
             if old.matches(kept.name, kept.labels) and not self._wanted(ns, kept):
                 del ns.kept[uid]
 
-    def _wanted(self, ns: _Selected[F], kept: _Kept[F]) -> bool:
+    def _wanted(self, ns: _NamespaceSelection[F], kept: _Kept[F]) -> bool:
         return any(
             ns.wants[key].matches(kept.name, kept.labels)
             for key in (
