@@ -115,8 +115,6 @@ def _version(meta: Mapping[str, Any]) -> int:
 
 @dataclass
 class _NamespaceSelection(Generic[F]):
-    """One namespace: the objects kept, the wants, and the wants filed for matching."""
-
     kept: dict[str, _Kept[F]] = field(default_factory=dict)  # uid → fact
     wants: dict[str, Want] = field(default_factory=dict)  # set key → want
     by_label: dict[tuple[str, str] | None, set[str]] = field(default_factory=dict)
