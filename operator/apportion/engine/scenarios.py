@@ -569,14 +569,13 @@ def _measure(
         capacity = math.fsum(state.members[i].capacity for i in targets)
         total = math.fsum(loads.get(u, 0.0) for u in world.units)
         if targets and total > 0:
-            # max / (total / capacity), without the mean: a tiny total would round it to zero.
+            mean = total / capacity
             load_ratio = (
                 max(
                     math.fsum(loads.get(u, 0.0) for u in state.held[i]) / state.members[i].capacity
                     for i in targets
                 )
-                * capacity
-                / total
+                / mean
             )
         else:
             load_ratio = 0.0

@@ -665,9 +665,8 @@ class _Planner:
     def load_ratio(self, loads: list[float]) -> float:
         if not self.targets or self.total_load <= 0:
             return 0.0
-        # max / (total / capacity), without the mean: a tiny total would round it to zero.
-        capacity = math.fsum(self.cap[i] for i in self.targets)
-        return max(loads[i] / self.cap[i] for i in self.targets) * capacity / self.total_load
+        mean = self.total_load / math.fsum(self.cap[i] for i in self.targets)
+        return max(loads[i] / self.cap[i] for i in self.targets) / mean
 
     def lower_bound(self, achieved: float) -> int:
         """Homeless and evacuated units, plus for each target that started above the achieved
@@ -695,10 +694,10 @@ class _Planner:
     def hot_report(self) -> HotUnit | None:
         if not self.hot or self.total_load <= 0:
             return None
-        capacity = math.fsum(self.cap[i] for i in self.targets)
+        mean = self.total_load / math.fsum(self.cap[i] for i in self.targets)
         host, (unit, x) = max(self.hot.items(), key=lambda kv: kv[1][1] / self.cap[kv[0]])
-        floor = x / self.cap[host] * capacity / self.total_load  # as load_ratio: no tiny mean
-        split = max(2, math.ceil(floor))
+        floor = x / self.cap[host] / mean
+        split = max(2, math.ceil(x / (mean * self.cap[host])))
         self.reasons.append(
             f"unit {unit!r} alone carries {floor:.2f}x the mean member load: "
             f"split it into {split} to balance further"
