@@ -42,6 +42,7 @@ from typing import Any
 import yaml
 from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
@@ -108,6 +109,7 @@ class OperatorProcess:
         args = [sys.executable, "-m", "apportion", "operator"]
         for ns in namespaces:
             args += ["--namespace", ns]
+        self.log = log
         self._out = log.open("w")
         self.process = subprocess.Popen(
             args, env=cluster.env, stdout=self._out, stderr=subprocess.STDOUT
@@ -402,7 +404,8 @@ class NamespaceTables(threading.Thread):
                     with self.changed:
                         self.tables[name[: -len(self.SUFFIX)]] = (time.time(), table)
                         self.changed.notify_all()
-            except Exception:
+            except Exception as error:
+                print(f"table watch: {error!r}; watching again", file=sys.stderr)
                 time.sleep(0.05)
 
     def wait(self, name: str, accept: Callable[[AssignmentTable], bool], timeout: float) -> float:
@@ -421,6 +424,32 @@ class NamespaceTables(threading.Thread):
 def create_all(client: Client, objects: list[Any], namespace: str, threads: int = 6) -> None:
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(lambda obj: client.create(obj, namespace=namespace), objects))
+
+
+def settle_pods(client: Client, namespace: str, alive: dict[str, list[str]]) -> None:
+    """Until every pod of `alive` runs; a pod the simulator gave up on (it does not retry a
+    failed status update under load) is deleted and left out after a minute without progress."""
+    wanted = {p for pods in alive.values() for p in pods}
+    best, since = -1, time.monotonic()
+    while True:
+        running = {
+            p.metadata.name
+            for p in client.list(Pod, namespace=namespace, labels={"bench-set": exists()})
+            if p.status.phase == "Running"
+        }
+        if wanted <= running:
+            return
+        if len(running) > best:
+            best, since = len(running), time.monotonic()
+        elif time.monotonic() - since > 60:
+            stuck = wanted - running
+            print(f"  ({len(stuck)} pod(s) never ran; left out)", flush=True)
+            for name in stuck:
+                client.delete(Pod, name, namespace=namespace, grace_period=0)
+            for name, pods in alive.items():
+                alive[name] = [p for p in pods if p not in stuck]
+            return
+        time.sleep(2)
 
 
 def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated: int) -> list[str]:
@@ -480,6 +509,9 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
                 [Pod.from_dict(pod(p, {"bench-set": name})) for name in new for p in alive[name]],
                 ns,
             )
+            # Sets start over all their pods: one placed on fewer would hand units to the
+            # late ones, which bare pods never acknowledge.
+            settle_pods(client, ns, alive)
             create_all(
                 client,
                 [
@@ -490,7 +522,7 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
                             {
                                 "partitions": 16,
                                 "selector": {"matchLabels": {"bench-set": name}},
-                                "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+                                "rebalance": {"interval": "1s", "handoffTimeout": "2s"},
                             },
                         )
                     )
@@ -508,9 +540,12 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
                 body = pod(f"noise-{i}", {"app": "noise"})
                 body["spec"]["schedulerName"] = "nobody"  # left Pending: no simulator work
                 noise.append(Pod.from_dict(body))
-            create_all(client, noise, ns)
+            create_all(client, noise, ns, threads=12)
             pods = sum(len(p) for p in alive.values())
             measure("unrelated pods added", made, pods, unrelated, cpu0, t0)
+    except Exception:
+        print(operator.log.read_text()[-3000:], file=sys.stderr)
+        raise
     finally:
         operator.stop()
     return rows

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
+from lightkube import ALL_NS
 from lightkube.operators import Operator
 
 from apportion.api.common import LabelSelector
@@ -62,6 +63,7 @@ class ApiServer:
             self.watch_queue.put_nowait(("DELETED", body))
 
     def list(self, resource: Any, namespace: str | None, **query: Any) -> Listing:
+        assert namespace in ("ns", ALL_NS)  # lightkube reads None as the client's namespace
         self.lists.append(query)
         labels = query.get("labels") or {}
         name = (query.get("fields") or {}).get("metadata.name")
@@ -78,7 +80,10 @@ class ApiServer:
             self.before_list_returns()
         return Listing([dict(pod) for pod in items], str(self.version))
 
-    async def watch(self, resource: Any, **_: Any) -> AsyncIterator[tuple[str, Any]]:
+    async def watch(
+        self, resource: Any, namespace: str | None, **_: Any
+    ) -> AsyncIterator[tuple[str, Any]]:
+        assert namespace == ALL_NS, "an operator without --namespace watches every namespace"
         while True:
             item = await self.watch_queue.get()
             if isinstance(item, Exception):

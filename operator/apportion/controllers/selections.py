@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from lightkube import ApiError, AsyncClient
+from lightkube import ALL_NS, ApiError, AsyncClient
 from lightkube.generic_resource import GenericNamespacedResource, create_api_info
 from lightkube.operators import exists, in_, not_exists, not_in
 
@@ -325,10 +325,11 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     async def _watch(self, namespace: str | None, synced: asyncio.Event) -> None:
         assert self.client is not None
         delay = RETRY_MIN
+        where = ALL_NS if namespace is None else namespace  # None would mean "the default one"
         while True:
             client = self.client()
             try:
-                listing = client.list(self.resource, namespace=namespace, chunk_size=PAGE)
+                listing = client.list(self.resource, namespace=where, chunk_size=PAGE)
                 listed = set()
                 async for item in listing:
                     body = as_dict(item)
@@ -340,7 +341,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                 delay = RETRY_MIN
                 async for event, obj in client.watch(
                     self.resource,
-                    namespace=namespace,
+                    namespace=where,
                     resource_version=listing.resourceVersion,
                     server_timeout=WATCH_TIMEOUT,
                 ):

@@ -1,5 +1,5 @@
 """The placement table a GrainType should have now, and the status that goes with it: pure
-functions of the GrainType, its pods (from the pod index) and their smoothed load (from the
+functions of the GrainType, its pods (from the pod cache) and their smoothed load (from the
 metrics collector)."""
 
 from __future__ import annotations

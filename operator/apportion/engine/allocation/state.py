@@ -166,9 +166,13 @@ def hamilton_quotas(total: int, capacities: Sequence[float], current: Sequence[i
         quotas[j] -= 1
     extra = total - sum(quotas)
     if extra:
-        level = [round((q + 1) / c, 9) for q, c in zip(quotas, capacities, strict=True)]
-        threshold = sorted(level)[extra - 1]
-        candidates = [i for i, v in enumerate(level) if v <= threshold]
+        # Only a fractional share rounds up (the quota rule): a member whose share is whole
+        # gets exactly it, however many units it holds now. The fractions sum to `extra`, each
+        # below 1, so more than `extra` members have one.
+        fractional = [i for i, s in enumerate(shares) if s - quotas[i] > 1e-9]
+        level = {i: round((quotas[i] + 1) / capacities[i], 9) for i in fractional}
+        threshold = sorted(level.values())[extra - 1]
+        candidates = [i for i, v in level.items() if v <= threshold]
         candidates.sort(key=lambda i: (current[i] <= quotas[i], level[i], i))
         for i in candidates[:extra]:
             quotas[i] += 1
