@@ -26,8 +26,12 @@ def apportion_graintypes(
 
 
 @kopf.on.event(*RESOURCE, id="wake")
-async def graintype_changed(namespace: str, name: str, **_: Any) -> None:
-    wakeups.notify(set_key("GrainType", namespace, name))
+async def graintype_changed(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
+    key = set_key("GrainType", namespace, name)
+    if event.get("type") == "DELETED":
+        wakeups.gone(key)
+    else:
+        wakeups.notify(key)
 
 
 # A pass in flight is cancelled after the backoff, which is safe: the table write is

@@ -170,7 +170,7 @@ class SetLoop:
     async def run(self, stopped: kopf.DaemonStopped) -> None:
         halt = asyncio.ensure_future(stopped.wait())
         try:
-            while not stopped:
+            while not stopped and not wakeups.is_gone(self.key):
                 seen = wakeups.tick(self.key)
                 try:
                     wake_at = await self.reconcile()
@@ -197,7 +197,8 @@ class SetLoop:
                     wake.cancel()
         finally:
             halt.cancel()
-            if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+            deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
+            if deleted or wakeups.is_gone(self.key):
                 self.release_pods()
             for cache in (pod_cache, *workload_caches.values()):
                 cache.forget(self.key, self.namespace)
@@ -611,8 +612,12 @@ def register(kind: type[Resource]) -> None:
     ) -> None:
         await SetLoop(kind, body, logger).run(stopped)
 
-    async def changed(namespace: str, name: str, **_: Any) -> None:
-        wakeups.notify(set_key(kind.__name__, namespace, name))
+    async def changed(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
+        key = set_key(kind.__name__, namespace, name)
+        if event.get("type") == "DELETED":
+            wakeups.gone(key)
+        else:
+            wakeups.notify(key)
 
     # The daemon checks `stopped` between passes; a pass in flight is cancelled after the
     # backoff, which is safe: every write is conditional and the next daemon reloads.

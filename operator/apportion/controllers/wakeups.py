@@ -18,6 +18,7 @@ class Wakeups:
     def __init__(self) -> None:
         self._ticks: defaultdict[str, int] = defaultdict(int)
         self._events: dict[str, asyncio.Event] = {}
+        self._gone: set[str] = set()
 
     def tick(self, key: str) -> int:
         """The key's change counter: pass it to `wait` after reading."""
@@ -37,10 +38,21 @@ class Wakeups:
                 await asyncio.wait_for(event.wait(), timeout)
         return self._ticks[key] != seen
 
+    def gone(self, key: str) -> None:
+        """The object of `key` was deleted: its daemon ends at its next wake-up. (Without a
+        finalizer, kopf learns of a deletion only once the object is gone, and then does not
+        stop its daemon by itself.)"""
+        self._gone.add(key)
+        self.notify(key)
+
+    def is_gone(self, key: str) -> bool:
+        return key in self._gone
+
     def forget(self, key: str) -> None:
         """The daemon of `key` is gone."""
         self._ticks.pop(key, None)
         self._events.pop(key, None)
+        self._gone.discard(key)
 
 
 wakeups = Wakeups()

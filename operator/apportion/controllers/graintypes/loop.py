@@ -77,7 +77,7 @@ class GrainTypeLoop:
     async def run(self, stopped: kopf.DaemonStopped) -> None:
         resumed = False
         try:
-            while not stopped:
+            while not stopped and not wakeups.is_gone(self.key):
                 seen = wakeups.tick(self.key)
                 try:
                     timeout = await self.reconcile()
