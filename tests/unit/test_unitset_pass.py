@@ -360,3 +360,23 @@ def test_not_balanced_while_a_member_is_starting() -> None:
     (balanced,) = [c for c in status["conditions"] if c["type"] == "Balanced"]
     assert (balanced["status"], balanced["reason"]) == ("False", "MembersNotReady")
     assert balanced["message"] == "waiting for 1 member(s): w-4"
+
+
+def test_a_pin_to_a_pod_that_is_not_a_member_is_reported_and_placed_by_the_fallback() -> None:
+    spec = sset(
+        shards=4,
+        strategy={
+            "name": "External",
+            "external": {"pins": [{"unit": 0, "member": "w-1"}, {"unit": 1, "member": "gohst-7"}]},
+        },
+    )
+    result = run(spec, initial_table(REF, spec, 1), workers(2))
+    assert [p.reason for p in result.problems] == ["PinToUnknownPod"]
+    assert "unit 1 → 'gohst-7'" in result.problems[0].message
+    placed = result.new_table.owners()
+    assert placed["0"] == "w-1" and placed["1"] in {"w-0", "w-1"}
+    status = unit_set_status(StatusInput(result.new_table, result, workers(2), 1, "cm", NOW))
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "PinToUnknownPod")
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True", "the units are served: a pin with no effect is no outage"

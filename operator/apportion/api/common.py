@@ -124,7 +124,10 @@ LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317, patter
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=LABEL_VALUE_RE)]
 
 # Go's time.ParseDuration syntax, which CEL's duration() also accepts ("1m30s", "500ms").
-GO_DURATION_RE = r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$"
+# At most four parts of at most five digits (99999h is 11 years): CEL's duration() overflows
+# past ~290 years with an error no user understands, so longer values are refused by the
+# format rule, in words, before any bound is computed.
+GO_DURATION_RE = r"^([0-9]{1,5}(\.[0-9]{1,9})?(ns|us|µs|ms|s|m|h)){1,4}$"
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {
     "ns": 1e-9,
@@ -144,23 +147,37 @@ def parse_duration(value: str | timedelta | float) -> timedelta:
     if isinstance(value, int | float):
         return timedelta(seconds=value)
     if not isinstance(value, str) or not re.fullmatch(GO_DURATION_RE, value):
-        raise ValueError(f"{value!r} is not a duration like '10s', '1m30s' or '500ms'")
+        raise ValueError(
+            f"{value!r} is not a duration like '10s', '1m30s' or '500ms' "
+            "(up to 4 parts of at most 5 digits each)"
+        )
     seconds = sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(value))
     return timedelta(seconds=seconds)
 
 
 def format_duration(value: timedelta) -> str:
-    """One-unit text ("60s", "1.5s", "250ms"), so defaults round-trip as written."""
+    """Text the format rule accepts: whole seconds as seconds ("60s", "300s", so defaults
+    round-trip as written), longer spans in hours, minutes and seconds ("27h46m40s"), less
+    than a second in ms or us ("250ms", "1500us", "100.001ms")."""
     micros = round(value / timedelta(microseconds=1))
-    if micros % 1_000_000 == 0:
-        return f"{micros // 1_000_000}s"
-    if micros >= 1_000_000:
-        return f"{micros / 1_000_000:.6f}".rstrip("0") + "s"
-    return f"{micros // 1000}ms" if micros % 1000 == 0 else f"{micros}us"
+    if micros < 1_000_000:
+        if micros % 1000 == 0:
+            return f"{micros // 1000}ms"
+        return f"{micros}us" if micros < 100_000 else f"{micros / 1000:.3f}ms"
+    whole, fraction = divmod(micros, 1_000_000)
+    if whole < 100_000 and not fraction:
+        return f"{whole}s"
+    hours, rest = divmod(whole, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{seconds}.{fraction:06d}".rstrip("0").rstrip(".") if fraction else str(seconds)
+    parts = [(hours, "h"), (minutes, "m")]
+    return "".join(f"{n}{unit}" for n, unit in parts if n) + (f"{text}s" if text != "0" else "")
 
 
 _DURATION_FORMAT = cel(
-    f"self.matches(r'{GO_DURATION_RE}')", "must be a duration like '10s', '1m30s' or '500ms'"
+    f"self.matches(r'{GO_DURATION_RE}')",
+    "must be a duration like '10s', '1m30s' or '500ms': up to 4 parts of at most 5 digits each "
+    "(99999h at most)",
 )
 
 Duration = Annotated[

@@ -276,6 +276,26 @@ def imbalance(
     return max(totals[name] / m.capacity for name, m in eligible.items()) / mean
 
 
+def unknown_pins(spec: UnitSetSpec, pods: Sequence[PodView]) -> list[Problem]:
+    """External pins naming a pod that is not a member: the fallback places those units, and
+    the user should know the pin has no effect (a typo, a pod gone for good)."""
+    external = spec.strategy.external
+    if external is None:
+        return []
+    names = {pod.name for pod in pods}
+    absent = [pin for pin in external.pins if pin.member not in names]
+    if not absent:
+        return []
+    first = absent[0]
+    return [
+        Problem(
+            "PinToUnknownPod",
+            f"{len(absent)} pin(s) name pods that are not members, e.g. unit {first.unit} → "
+            f"{first.member!r}: the fallback strategy places them",
+        )
+    ]
+
+
 def plan_pass(inp: PassInput) -> PassResult:
     """One pass: strategy plan, held-back optional moves, one hand-off step."""
     spec, published, now = inp.spec, inp.published, inp.now
@@ -293,6 +313,7 @@ def plan_pass(inp: PassInput) -> PassResult:
 
     members, member_problems = engine_members(inp, acks)
     problems.extend(member_problems)
+    problems.extend(unknown_pins(spec, inp.pods))
     by_name = {m.name: m for m in members}
     owners, moving = intended_owners(published, everyone)
 

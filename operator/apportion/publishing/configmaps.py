@@ -10,6 +10,7 @@ their epoch and swept once the root that points at them is replaced.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +37,18 @@ SET_KIND_LABEL = "apportion.dev/set-kind"
 SET_NAME_LABEL = "apportion.dev/set-name"
 PART_LABEL = "apportion.dev/part"
 READ_ATTEMPTS = 5
+
+
+LABEL_VALUE_MAX = 63
+
+
+def label_value(name: str) -> str:
+    """A set name as a label value: names are up to 253 characters, label values up to 63, so
+    longer ones are cut and end in a digest of the whole name (two sets never share a value)."""
+    if len(name) <= LABEL_VALUE_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[: LABEL_VALUE_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
 
 
 class PublishConflict(Exception):
@@ -160,7 +173,7 @@ class AssignmentStore:
                     "labels": {
                         "app.kubernetes.io/managed-by": "apportion",
                         SET_KIND_LABEL: self.set_ref.kind,
-                        SET_NAME_LABEL: self.set_ref.name,
+                        SET_NAME_LABEL: label_value(self.set_ref.name),
                         PART_LABEL: part,
                     },
                     "ownerReferences": [owner_reference(self.set_ref)],
