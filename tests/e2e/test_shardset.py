@@ -82,3 +82,24 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
         "cw-3 logging its 250 acquisitions",
     )
     assert overlaps(log) == []
+
+
+def test_the_first_placement_waits_for_every_replica(
+    operator, dev_cluster, namespace, kubectl, wait_for
+) -> None:
+    """A ShardSet created with its StatefulSet, whose pods come up one at a time: the first
+    table waits for all three (startup barrier, Akka's min-nr-of-members) instead of putting
+    every shard on the first pod and moving two thirds of them again."""
+    sts = workers("sw", 3, command=demo_worker("ShardSet", "early"))
+    sts["spec"]["podManagementPolicy"] = "OrderedReady"
+    spec = {"shards": 90, "workloadRef": {"kind": "StatefulSet", "name": "sw"}}
+    apply(kubectl, namespace, sts, unit_set("ShardSet", "early", spec))
+
+    def first_table():
+        table = read_table(kubectl, namespace, "ShardSet", "early")
+        return table if table is not None and table.epoch >= 1 else None
+
+    table = wait_for(first_table, 120, "the first placement")
+    assert sorted(counts(table).values()) == [30, 30, 30], counts(table)
+    moved = [e for e in events(kubectl, namespace, "early") if e["reason"] == "HandoffStarted"]
+    assert moved == [], "nothing placed had to move again"

@@ -380,3 +380,36 @@ def test_a_pin_to_a_pod_that_is_not_a_member_is_reported_and_placed_by_the_fallb
     assert (degraded["status"], degraded["reason"]) == ("True", "PinToUnknownPod")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True", "the units are served: a pin with no effect is no outage"
+
+
+def test_the_first_placement_waits_for_the_workloads_replicas_then_places_evenly() -> None:
+    """Akka's min-nr-of-members: a ShardSet starting while one of three workers is ready must
+    not put every shard on it; with all three it places a third on each."""
+    spec = sset(shards=300)
+    table = initial_table(REF, spec, 1)
+    starting = [*workers(1), *pods("w-1", "w-2", ready=False)]
+    result = run(spec, table, starting, now=1000.0, desired_members=3, created=990.0)
+    assert result.new_table is None and [p.reason for p in result.problems] == ["WaitingForMembers"]
+    assert result.wake_at == 990.0 + 60.0, "looked at again when startup.timeout ends"
+    status = unit_set_status(StatusInput(table, result, starting, 1, "cm", NOW))
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "WaitingForMembers",
+    )
+    assert conditions["Degraded"]["status"] == "False", "waiting at start-up is no fault"
+    placed = run(spec, table, workers(3), now=1001.0, desired_members=3, created=990.0)
+    assert sorted(counts(placed.new_table).values()) == [100, 100, 100]
+
+
+def test_the_start_up_wait_ends_at_its_timeout_and_min_members_waits_for_good() -> None:
+    spec = sset(shards=30)
+    table = initial_table(REF, spec, 1)
+    starting = [*workers(1), *pods("w-1", ready=False)]
+    late = run(spec, table, starting, now=1051.0, desired_members=2, created=990.0)
+    assert late.new_table is not None, "after startup.timeout the ready member takes them"
+    pinned = sset(shards=30, startup={"minMembers": 2})
+    forever = run(pinned, initial_table(REF, pinned, 1), starting, now=99999.0, created=990.0)
+    assert forever.new_table is None and forever.wake_at is None
+    # Once something was placed, the barrier is gone: later fleets rebalance as usual.
+    assert run(pinned, late.new_table, starting, now=99999.0).problems == ()

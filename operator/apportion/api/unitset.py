@@ -271,6 +271,26 @@ class RebalancePolicy(ApiModel):
         return IMBALANCE_TOLERANCES.get(value) or float(value.rstrip("%")) / 100
 
 
+class StartupPolicy(ApiModel):
+    """When the first placement may happen, so that it is balanced instead of putting every
+    unit on the first pod that came up (Akka's min-nr-of-members)."""
+
+    min_members: int | None = Field(
+        None,
+        ge=1,
+        le=10000,
+        description="Ready members the first placement waits for, however long it takes. "
+        "Unset: the workload's replicas (workloadRef), for at most startup.timeout; without a "
+        "workloadRef, the first ready member.",
+    )
+    timeout: Duration = Field(
+        "60s",
+        description="How long the first placement waits for the workload's replicas when "
+        "minMembers is not set (from the set's creation).",
+        json_schema_extra=min_duration("startup.timeout", "1s"),
+    )
+
+
 def unit_set_rules(count_field: str) -> dict[str, Any]:
     """Spec-level CEL rules of a unit set whose unit count is `count_field`."""
     return validations(
@@ -305,6 +325,9 @@ class UnitSetSpec(ApiModel):
     )
     strategy: UnitStrategy = defaulted(UnitStrategy, "How units are assigned to members.")
     metrics: MetricsSpec = defaulted(MetricsSpec, "Where load figures come from.")
+    startup: StartupPolicy = defaulted(
+        StartupPolicy, "When the first placement may happen (Akka's min-nr-of-members)."
+    )
     rebalance: RebalancePolicy = defaulted(
         RebalancePolicy, "When and how much units move between live members."
     )

@@ -158,6 +158,7 @@ class SetLoop:
         self.timed_out = _timed_out_from(status)
         self.known_loads: dict[str, float] = {}
         self.loads_missing_since: float | None = None
+        self.desired_members: int | None = None
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
         self.resync_at = 0.0
@@ -352,6 +353,8 @@ class SetLoop:
                     rollout=rollout,
                     loads=loads,
                     departed=departed,
+                    desired_members=self.desired_members if spec.workload_ref else None,
+                    created=_seconds(self.body["metadata"].get("creationTimestamp")),
                 )
             )
         self.logger.debug(
@@ -443,6 +446,7 @@ class SetLoop:
             )
             return [], Rollout(), problem
         members = select(everyone, spec.selector, selector)
+        self.desired_members = workload.replicas
         return members, rollout_of(workload, members), None
 
     async def publish(self, result: PassResult, now: float) -> None:

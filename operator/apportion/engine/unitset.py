@@ -92,6 +92,10 @@ class PassInput:
     rollout: Rollout = Rollout()
     loads: Mapping[str, float] | None = None
     departed: Sequence[PodView] = ()
+    desired_members: int | None = None
+    """The workload's replicas (workloadRef), which the first placement waits for."""
+    created: float | None = None
+    """When the set was created (Unix seconds): the start of `startup.timeout`."""
 
 
 @dataclass(frozen=True)
@@ -276,6 +280,38 @@ def imbalance(
     return max(totals[name] / m.capacity for name, m in eligible.items()) / mean
 
 
+def startup_barrier(inp: PassInput) -> tuple[Problem, float | None] | None:
+    """The first placement waits until enough members are ready, so that it is balanced instead
+    of putting every unit on the first pod up and moving most of them again (Akka's
+    min-nr-of-members). `startup.minMembers` waits however long it takes; without it the
+    workload's replicas are waited for, up to `startup.timeout` after the set was created.
+    Returns the reason to wait and when to look again, or None: place now."""
+    if any(state.owner is not None for state in inp.published.units.values()):
+        return None  # placed before: later changes of the fleet rebalance as usual
+    startup = inp.spec.startup
+    deadline: float | None = None
+    if startup.min_members is not None:
+        wanted = startup.min_members
+    elif inp.desired_members:
+        wanted = inp.desired_members
+        if inp.created is not None:
+            deadline = inp.created + startup.timeout.total_seconds()
+            if inp.now >= deadline:
+                return None
+    else:
+        return None
+    ready = sum(1 for pod in inp.pods if pod.ready and not pod.terminating)
+    if ready >= wanted:
+        return None
+    until = "" if deadline is None else f", at most until {_timestamp(deadline)}"
+    why = "startup.minMembers" if startup.min_members is not None else "the workload's replicas"
+    message = (
+        f"the first placement waits for {wanted} ready member(s) ({why}); "
+        f"{ready} ready so far{until}"
+    )
+    return Problem("WaitingForMembers", message), deadline
+
+
 def unknown_pins(spec: UnitSetSpec, pods: Sequence[PodView]) -> list[Problem]:
     """External pins naming a pod that is not a member: the fallback places those units, and
     the user should know the pin has no effect (a typo, a pod gone for good)."""
@@ -310,6 +346,11 @@ def plan_pass(inp: PassInput) -> PassResult:
             ),
         )
         return PassResult(decision=None, problems=tuple(problems))
+
+    barrier = startup_barrier(inp)
+    if barrier is not None:
+        waiting, until = barrier
+        return PassResult(decision=None, problems=(waiting, *problems), next_round=until)
 
     members, member_problems = engine_members(inp, acks)
     problems.extend(member_problems)
@@ -520,9 +561,10 @@ def _conditions(
     else:
         progressing = (False, "Stable", "no moves under way")
 
-    if problems:
-        first = problems[0]
-        others = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+    faults = [p for p in problems if p.reason not in _NOT_FAULTS]
+    if faults:
+        first = faults[0]
+        others = f" (and {len(faults) - 1} more problem(s))" if len(faults) > 1 else ""
         degraded = (True, first.reason, first.message + others)
     else:
         degraded = (False, "AsExpected", "")
@@ -554,9 +596,13 @@ _BLOCKING = frozenset(
         "WorkloadNotFound",
         "AssignmentFenced",
         "PassFailed",
+        "WaitingForMembers",
     }
 )
 """Problems that stop placement altogether (the published table stands)."""
+
+_NOT_FAULTS = frozenset({"WaitingForMembers"})
+"""Reasons that hold placement back although nothing is wrong: not Degraded."""
 
 
 def initial_table(
