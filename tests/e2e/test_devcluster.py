@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import signal
 import textwrap
 import time
 from typing import Any
 
-from apportion.devcluster import SIMULATE_ANNOTATION, DevCluster
+import pytest
+
+from apportion.devcluster import SIMULATE_ANNOTATION, DevCluster, DevClusterError
 from apportion.devcluster.paths import module_versions
+from apportion.devcluster.processes import is_running
 
 GRACE = 2
 
@@ -327,3 +332,25 @@ def test_http_readiness_probe_gates_ready(
     assert not is_ready(pods(dev_cluster, namespace, "app=probed")[0])
     ready_file.touch()
     wait_for(ready_pods(dev_cluster, namespace, "app=probed", 1), message="Ready once probe passes")
+
+
+def test_start_on_a_half_running_cluster_refuses_in_words(tmp_path) -> None:
+    """`dev-cluster start` over a cluster whose simulator died (the API server still up) must
+    neither start a second control plane in the same directory nor throw the first one's data
+    away: it says what is down and what to do."""
+    state_dir = tmp_path / "cluster"
+    cluster = DevCluster.start(state_dir)
+    try:
+        podsim = next(r for r in cluster._state.processes if r.name == "podsim")
+        os.kill(podsim.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while is_running(podsim) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        with pytest.raises(
+            DevClusterError, match=r"half running \(podsim down, .*apportion dev-cluster stop"
+        ):
+            DevCluster.start(state_dir)
+        assert cluster.readyz() == "ok", "the running half was left alone"
+    finally:
+        cluster.stop()
+    assert not state_dir.exists()

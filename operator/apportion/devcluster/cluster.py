@@ -116,9 +116,20 @@ class DevCluster:
             layout = Layout(Path(state_dir).resolve())
             previous = cls._existing(layout)
             if previous is not None:
-                if previous.running():
+                status = previous.process_status()
+                if all(status.values()):
                     raise DevClusterError(f"a dev-cluster is already running in {layout.root}")
-                previous.stop()
+                if any(status.values()):
+                    # Starting anew would either run a second control plane beside the live
+                    # half or throw its data away: the user decides.
+                    up = ", ".join(n for n, alive in status.items() if alive)
+                    down = ", ".join(n for n, alive in status.items() if not alive)
+                    raise DevClusterError(
+                        f"the dev-cluster in {layout.root} is half running ({down} down, {up} "
+                        "up): stop it first with `apportion dev-cluster stop` (its data goes "
+                        "with it), then start again"
+                    )
+                previous.stop()  # nothing of it runs (a reboot, a SIGKILL): clean up, start anew
         claim(layout)
         started: list[ProcessRecord] = []
         try:

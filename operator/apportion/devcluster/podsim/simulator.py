@@ -15,7 +15,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,26 @@ def _retry_watch(error: Exception, count: int) -> OnErrorResult:
     return OnErrorResult(OnErrorAction.RETRY, sleep=min(count, 5))
 
 
+async def supervised(what: str, loop: Callable[[], Awaitable[None]]) -> None:
+    """Runs `loop` until it returns, again after each failure (backing off to
+    MAX_BACKOFF_SECONDS): an API server that restarts — connections refused, 503s, a watch cut
+    — must not take the simulator down, and every process pod with it."""
+    failures = 0
+    while True:
+        try:
+            await loop()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            failures += 1
+            delay = min(MAX_BACKOFF_SECONDS, 0.25 * 2**failures)
+            log.warning(
+                "%s failed (%s: %s); again in %.1fs", what, type(error).__name__, error, delay
+            )
+            await asyncio.sleep(delay)
+
+
 def pod_log_path(state_dir: Path, namespace: str, name: str) -> Path:
     return state_dir / "pods" / namespace / f"{name}.log"
 
@@ -82,11 +102,11 @@ class PodSimulator:
         self.http = httpx2.AsyncClient(trust_env=False, timeout=1.0)
 
     async def run(self) -> None:
-        await self.nodes.register()
+        await supervised("node registration", self.nodes.register)
         async with asyncio.TaskGroup() as group:
-            group.create_task(self.nodes.heartbeat())
-            group.create_task(self._watch())
-            group.create_task(self._resync())
+            group.create_task(supervised("node heartbeat", self.nodes.heartbeat))
+            group.create_task(supervised("pod watch", self._watch))
+            group.create_task(supervised("pod resync", self._resync))
 
     async def shutdown(self) -> None:
         """Stop every local process (bounded grace); the API objects are left as they are."""
