@@ -70,6 +70,16 @@ def no_overlap(dev_cluster, namespace) -> None:
     assert overlaps(log) == []
 
 
+def republished_above(kubectl, namespace, wait_for, epoch: int, what: str):
+    """The table once the operator has written it again above `epoch`."""
+
+    def above():
+        table = read_table(kubectl, namespace, "ShardSet", "carts")
+        return table if table is not None and table.epoch > epoch else None
+
+    return wait_for(above, 30, what)
+
+
 def reasons_of(kubectl, namespace) -> set[str]:
     return {e["reason"] for e in events(kubectl, namespace, "carts")}
 
@@ -84,11 +94,9 @@ def test_a_deleted_table_comes_back_at_once_with_the_same_owners(
     kubectl("delete", "-n", namespace, "configmap", CM)
 
     # Nothing else happens: the deletion alone wakes the set.
-    def back():
-        table = read_table(kubectl, namespace, "ShardSet", "carts")
-        return table if table is not None and table.epoch > before.epoch else None
-
-    again = wait_for(back, 30, "the table republished after its deletion")
+    again = republished_above(
+        kubectl, namespace, wait_for, before.epoch, "the table republished after its deletion"
+    )
     assert again.owners() == before.owners(), "nothing moves: the workers serve these"
     assert "AssignmentTableLost" in reasons_of(kubectl, namespace)
     scale(kubectl, namespace, 4)
@@ -110,11 +118,9 @@ def test_a_rolled_back_table_is_replaced_above_every_epoch_used(
     old["metadata"] = {k: old["metadata"][k] for k in ("name", "namespace", "labels")}
     kubectl("replace", "-f", "-", input=json.dumps(old))
 
-    def repaired():
-        table = read_table(kubectl, namespace, "ShardSet", "carts")
-        return table if table is not None and table.epoch > newest.epoch else None
-
-    again = wait_for(repaired, 30, "the newest owners republished above the rollback")
+    again = republished_above(
+        kubectl, namespace, wait_for, newest.epoch, "the newest owners republished above it"
+    )
     assert again.owners() == newest.owners()
     assert "AssignmentTableRolledBack" in reasons_of(kubectl, namespace)
     scale(kubectl, namespace, 5)
@@ -129,11 +135,9 @@ def test_a_garbled_table_is_repaired_and_the_status_never_claims_otherwise(
     patch = {"data": {"assignments.json": "{this is not json"}}
     kubectl("patch", "-n", namespace, "configmap", CM, "--type=merge", "-p", json.dumps(patch))
 
-    def repaired():
-        table = read_table(kubectl, namespace, "ShardSet", "carts")
-        return table if table is not None and table.epoch > before.epoch else None
-
-    again = wait_for(repaired, 30, "the table rewritten after it was garbled")
+    again = republished_above(
+        kubectl, namespace, wait_for, before.epoch, "the table rewritten after it was garbled"
+    )
     assert again.owners() == before.owners()
     assert "AssignmentTableUnreadable" in reasons_of(kubectl, namespace)
     scale(kubectl, namespace, 4)

@@ -84,11 +84,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> None:
-    import asyncio
-    import signal
-
     from lightkube import AsyncClient
 
+    from apportion.cli.signals import until_signalled
     from apportion.worker.traffic import Traffic
 
     client = AsyncClient()
@@ -101,14 +99,7 @@ async def _main(args: argparse.Namespace) -> None:
         config_map=args.config,
         seed=args.seed,
     )
-    task = asyncio.ensure_future(traffic.run())
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
     try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
+        await until_signalled(traffic.run())
     finally:
         await client.close()

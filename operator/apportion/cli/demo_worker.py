@@ -118,16 +118,14 @@ async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
 
 
 async def _grain_mode(args: argparse.Namespace) -> None:
-    import asyncio
-    import signal
-
+    from apportion.cli.signals import until_signalled
     from apportion.grains.demo import serve
     from apportion.worker import WorkerError
 
     member = os.environ.get("POD_NAME")
     if not member:
         raise WorkerError("POD_NAME is not set (give it through the downward API)")
-    task = asyncio.ensure_future(
+    await until_signalled(
         serve(
             member=member,
             host=args.host or os.environ.get("POD_IP") or "0.0.0.0",
@@ -138,14 +136,6 @@ async def _grain_mode(args: argparse.Namespace) -> None:
             lifetime=args.lifetime,
         )
     )
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    try:
-        await task
-    except asyncio.CancelledError:
-        if not task.cancelled():
-            raise
 
 
 def _configure_logging(verbose: bool) -> None:
