@@ -272,7 +272,7 @@ class RebalancePolicy(ApiModel):
 
 
 MAX_RESHARD_FACTOR = 64
-"""Largest split or merge factor of one spec change: a ×64 split turns every unit into 64 in one
+"""Largest split or merge factor of one spec change: a split by 64 turns every unit into 64 in one
 table; bigger jumps are a sign of a typo (and can still be made in two steps)."""
 
 
