@@ -3,6 +3,7 @@ arithmetic against the key scheme itself, and the table sequence of a split and 
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -47,7 +48,7 @@ def test_children_tile_their_parent(small: int, k: int, split: bool, data: Any) 
     if split:
         assert ranges[0][0] == hash_range(old, lineage.from_count)[0]
         assert ranges[-1][1] == hash_range(old, lineage.from_count)[1]
-        assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+        assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert all(lineage.parents(c) == range(old, old + 1) for c in children)
     else:
         (parent,) = children
