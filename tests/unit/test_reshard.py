@@ -14,13 +14,14 @@ from test_unitset_pass import REF, acked, pset, run, settle, workers
 from apportion.api.assignment import (
     AssignmentFormatError,
     AssignmentTable,
+    Incarnation,
     Lineage,
     from_document,
     to_document,
 )
-from apportion.engine.handoff import Reason
+from apportion.engine.handoff import Reason, owned_units, plan_worker
 from apportion.engine.keys import get_scheme
-from apportion.engine.reshard import hash_range, next_count
+from apportion.engine.reshard import hash_range, next_count, reshape
 from apportion.engine.unitset import StatusInput, initial_table, unit_set_status
 
 SCHEME = get_scheme("apportion")
@@ -41,7 +42,8 @@ def test_a_hash_lies_in_the_range_of_the_unit_multiply_shift_gives_it(h: int, co
 
 @given(st.integers(1, 5000), st.integers(2, 64), st.booleans(), st.data())
 def test_children_tile_their_parent(small: int, k: int, split: bool, data: Any) -> None:
-    lineage = Lineage(small, small * k, 1) if split else Lineage(small * k, small, 1)
+    old_count, new_count = (small, small * k) if split else (small * k, small)
+    lineage = Lineage(old_count, new_count, 1, (0,) * old_count)
     old = data.draw(st.integers(0, lineage.from_count - 1))
     children = lineage.children(old)
     ranges = [hash_range(c, lineage.to_count) for c in children]
@@ -70,7 +72,7 @@ def test_next_count_goes_through_the_gcd_when_counts_are_not_multiples(
 
 def test_a_lineage_must_be_an_integer_factor() -> None:
     with pytest.raises(AssignmentFormatError):
-        Lineage(32, 48, 1)
+        Lineage(32, 48, 1, (0,) * 32)
 
 
 @pytest.fixture
@@ -89,7 +91,8 @@ def test_a_split_by_four_moves_no_key(spec32: Any) -> None:
     result = run(reshaped(spec32, 128), table, acked(table, members))
     split = result.new_table
     assert split is not None and split.count == 128 and split.epoch == table.epoch + 1
-    assert split.lineage == Lineage(32, 128, split.epoch)
+    tokens = tuple(table.units[str(u)].epoch for u in range(32))
+    assert split.lineage == Lineage(32, 128, split.epoch, tokens)
     assert [e.reason for e in result.decision.events] == [Reason.RESHARDED]
     assert not split.releasing()
     assert all(state.epoch == split.epoch for state in split.units.values())
@@ -156,7 +159,8 @@ def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:
         table, now = result.new_table, now + 1.0
     assert gathered == apart
     merged, _ = settle(spec64, table, six, now)
-    assert merged.count == 64 and merged.lineage == Lineage(128, 64, table.epoch)
+    assert merged.count == 64 and merged.lineage is not None
+    assert (merged.lineage.from_count, merged.lineage.epoch) == (128, table.epoch)
     assert all(state.owner is not None for state in merged.units.values())
     assert sorted(len(u) for u in merged.by_member().values()) == [10, 10, 11, 11, 11, 11]
 
@@ -174,7 +178,12 @@ def test_lineage_round_trips_and_an_old_reader_still_parses(spec32: Any, layout:
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
     split = run(reshaped(spec32, 96), table, acked(table, members)).new_table
     doc = to_document(split, layout)
-    assert doc["formatVersion"] == 2 and doc["lineage"] == {"fromCount": 32, "epoch": split.epoch}
+    assert doc["formatVersion"] == 2
+    assert doc["lineage"] == {
+        "fromCount": 32,
+        "epoch": split.epoch,
+        "parentEpochs": [table.units[str(u)].epoch for u in range(32)],
+    }
     assert from_document(doc) == split
     old = {k: v for k, v in doc.items() if k not in ("formatVersion", "lineage")}
     assert from_document(old).units == split.units
@@ -191,3 +200,48 @@ def test_a_merge_gathers_where_most_siblings_are() -> None:
         assert siblings.count(merged.units[str(parent)].owner) == max(
             siblings.count(o) for o in siblings
         )
+
+
+def serving_of(table: AssignmentTable, name: str) -> dict[str, int]:
+    """What a process that handled `table` serves: its units under their tokens."""
+    return {u: s.epoch for u, s in table.units.items() if s.owner == name}
+
+
+def test_a_worker_carries_its_parents_state_into_its_children(spec32: Any) -> None:
+    members = workers(2)
+    table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
+    split = run(reshaped(spec32, 64), table, acked(table, members)).new_table
+    me = Incarnation("w-0", "uid-w-0")
+    plan = reshape(split, me, 32, serving_of(table, "w-0"))
+    assert plan is not None and not plan.dropped and not plan.load
+    assert plan.carried == {
+        str(c): (str(c // 2),) for c in range(64) if split.units[str(c)].owner == "w-0"
+    }
+    after = plan_worker(split, me, plan.serving)
+    assert not after.acquire and not after.stop  # nothing reloaded: the state was split
+    assert reshape(split, me, 64, plan.serving) is None
+
+
+def test_a_worker_with_a_stale_token_or_a_missed_resharding_reloads(spec32: Any) -> None:
+    members = workers(2)
+    table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
+    split = run(reshaped(spec32, 64), table, acked(table, members)).new_table
+    me = Incarnation("w-0", "uid-w-0")
+    stale = {u: token - 1 for u, token in serving_of(table, "w-0").items()}
+    plan = reshape(split, me, 32, stale)
+    assert plan.carried == {} and plan.dropped == set(stale)
+    assert plan_worker(split, me, plan.serving).acquire == owned_units(split, me)
+    missed = reshape(split, me, 16, {"3": 1})
+    assert missed.carried == {} and missed.dropped == {"3"}
+
+
+def test_a_merge_loads_the_siblings_this_process_does_not_hold() -> None:
+    spec = pset(keyScheme="apportion", partitions=4)
+    members = workers(1)
+    table, _ = settle(spec, initial_table(REF, spec, 1), members, 1000.0)
+    merged = run(reshaped(spec, 2), table, acked(table, members)).new_table
+    me = Incarnation("w-0", "uid-w-0")
+    held = {u: t for u, t in serving_of(table, "w-0").items() if u != "3"}
+    plan = reshape(merged, me, 4, held)
+    assert plan.carried == {"0": ("0", "1"), "1": ("2",)}
+    assert plan.load == {"1": ("3",)}

@@ -134,6 +134,10 @@ class Lineage:
     from_count: int
     to_count: int
     epoch: int
+    parent_epochs: tuple[int, ...] = ()
+    """Token of each unit of `from_count` in the table just before `epoch`: a worker carries
+    a parent's in-memory state into its children only if it served the parent under exactly
+    this token (else it missed a change of owner and its state is stale)."""
 
     def __post_init__(self) -> None:
         small, big = sorted((self.from_count, self.to_count))
@@ -141,6 +145,12 @@ class Lineage:
             raise AssignmentFormatError(
                 f"lineage: {self.from_count} -> {self.to_count} is not a split or merge by an "
                 "integer factor"
+            )
+        if len(self.parent_epochs) != self.from_count or any(
+            not 0 <= e < self.epoch for e in self.parent_epochs
+        ):
+            raise AssignmentFormatError(
+                "lineage.parentEpochs: one token per previous unit, each below lineage.epoch"
             )
 
     @property
@@ -345,7 +355,11 @@ def to_document(table: AssignmentTable, layout: Layout = "map") -> dict[str, Any
         raise ValueError(f"unknown layout {layout!r}")
     if table.lineage is not None:
         doc["formatVersion"] = FORMAT_VERSION
-        doc["lineage"] = {"fromCount": table.lineage.from_count, "epoch": table.lineage.epoch}
+        doc["lineage"] = {
+            "fromCount": table.lineage.from_count,
+            "epoch": table.lineage.epoch,
+            "parentEpochs": list(table.lineage.parent_epochs),
+        }
     doc["releasing"] = {
         unit: {
             "from": s.owner,
@@ -395,6 +409,10 @@ def from_document(doc: Any) -> AssignmentTable:
             _count(entry.get("fromCount"), "lineage.fromCount"),
             count,
             _count(entry.get("epoch"), "lineage.epoch"),
+            tuple(
+                _count(e, "lineage.parentEpochs[]")
+                for e in _array(entry.get("parentEpochs"), "lineage.parentEpochs")
+            ),
         )
     return AssignmentTable(
         set_ref=set_ref,

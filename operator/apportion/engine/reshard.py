@@ -25,7 +25,8 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from apportion.api.assignment import AssignmentTable, Lineage, UnitState
+from apportion.api.assignment import AssignmentTable, Incarnation, Lineage, UnitState
+from apportion.engine.handoff import is_owner
 
 HASH_BITS = 64
 
@@ -49,7 +50,10 @@ def next_lineage(published: AssignmentTable, wanted: int) -> Lineage | None:
     """The resharding the next table makes, None when the published count is the one wanted."""
     if published.count == wanted:
         return None
-    return Lineage(published.count, next_count(published.count, wanted), published.epoch + 1)
+    tokens = tuple(published.units[str(u)].epoch for u in range(published.count))
+    return Lineage(
+        published.count, next_count(published.count, wanted), published.epoch + 1, tokens
+    )
 
 
 def gather_targets(lineage: Lineage, target: Mapping[str, str | None]) -> dict[str, str | None]:
@@ -115,16 +119,72 @@ def resharded(published: AssignmentTable, lineage: Lineage, generation: int) -> 
         epoch,
         published.members,
         units,
-        Lineage(lineage.from_count, lineage.to_count, epoch),
+        Lineage(lineage.from_count, lineage.to_count, epoch, lineage.parent_epochs),
     )
+
+
+@dataclass(frozen=True)
+class Reshape:
+    """What a worker does with its in-memory state when a table changes the count it serves.
+
+    `carried`: new unit → the old units whose state it takes over in place (split: the parent,
+    whose state is cut to the child's range; merge: the siblings, joined). `load`: new unit →
+    old units whose state is not in memory here and must be loaded as an acquire would (a
+    merge whose sibling this process had not acquired yet). `dropped`: old units served whose
+    state goes nowhere (served under a stale token, or their children are not mine): stop them.
+    `serving`: the serving map in the new count's unit names, to go on with `plan_worker`.
+    """
+
+    carried: Mapping[str, tuple[str, ...]]
+    load: Mapping[str, tuple[str, ...]]
+    dropped: frozenset[str]
+    serving: Mapping[str, int]
+
+
+def reshape(
+    table: AssignmentTable, me: Incarnation, view_count: int, serving: Mapping[str, int]
+) -> Reshape | None:
+    """The worker's resharding rule, before `plan_worker`, for a table whose count differs from
+    `view_count`, the count of the last table it handled (None: same count, nothing to do).
+
+    A new unit takes over in-memory state only if it is mine (name, uid, not releasing) still
+    under the token the resharding gave it, and only from parents I served under exactly the
+    token they had just before it. Anything else is dropped and acquired afresh by
+    `plan_worker`: a worker that missed a whole resharding, or a change of owner in between,
+    reloads state as after a move instead of serving stale state.
+    """
+    if table.count == view_count:
+        return None
+    lineage = table.lineage
+    if lineage is None or lineage.from_count != view_count:
+        return Reshape({}, {}, frozenset(serving), {})
+    carried: dict[str, tuple[str, ...]] = {}
+    load: dict[str, tuple[str, ...]] = {}
+    new_serving: dict[str, int] = {}
+    for unit in range(lineage.to_count):
+        name = str(unit)
+        if not is_owner(table, me, name) or table.units[name].epoch != lineage.epoch:
+            continue
+        parents = [str(p) for p in lineage.parents(unit)]
+        mine = tuple(p for p in parents if serving.get(p) == lineage.parent_epochs[int(p)])
+        if mine:
+            carried[name] = mine
+            new_serving[name] = lineage.epoch
+            missing = tuple(p for p in parents if p not in mine)
+            if missing:
+                load[name] = missing
+    used = {p for parents in carried.values() for p in parents}
+    return Reshape(carried, load, frozenset(serving.keys() - used), new_serving)
 
 
 __all__ = [
     "Progress",
+    "Reshape",
     "gather_targets",
     "hash_range",
     "next_count",
     "next_lineage",
     "progress",
+    "reshape",
     "resharded",
 ]
