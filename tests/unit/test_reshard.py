@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from test_assignment_format import schema
 from test_unitset_pass import REF, acked, pset, run, settle, workers
 
 from apportion.api.assignment import (
@@ -185,6 +187,7 @@ def test_lineage_round_trips_and_an_old_reader_still_parses(spec32: Any, layout:
         "parentEpochs": [table.units[str(u)].epoch for u in range(32)],
     }
     assert from_document(doc) == split
+    jsonschema.validate(doc, schema("assignment"))
     old = {k: v for k, v in doc.items() if k not in ("formatVersion", "lineage")}
     assert from_document(old).units == split.units
 
