@@ -4,6 +4,7 @@ arithmetic against the key scheme itself, and the table sequence of a split and 
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import jsonschema
@@ -248,3 +249,28 @@ def test_a_merge_loads_the_siblings_this_process_does_not_hold() -> None:
     plan = reshape(merged, me, 4, held)
     assert plan.carried == {"0": ("0", "1"), "1": ("2",)}
     assert plan.load == {"1": ("3",)}
+
+
+def test_locate_answers_from_a_table_mid_resharding(spec32: Any, tmp_path: Any) -> None:
+    from test_cli_locate_plan import apportion
+
+    from apportion.api.assignment import encode_assignment
+
+    members = workers(3)
+    table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
+    split = run(reshaped(spec32, 128), table, acked(table, members)).new_table
+    (root,) = encode_assignment(split)
+    configmap = {"kind": "ConfigMap", "metadata": {"name": "demo-cm"}, **root.body()}
+    path = tmp_path / "cm.json"
+    path.write_text(json.dumps(configmap))
+    ids = KEYS[:50]
+    result = apportion("locate", "--table", str(path), "--json", *ids)
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    owners = owner_of_keys(split)
+    for entry in found:
+        assert entry["unit"] == SCHEME.unit(entry["id"], 128)
+        assert entry["previousUnit"] == SCHEME.unit(entry["id"], 32) == entry["unit"] // 4
+        assert entry["pod"] == owners[entry["id"]] == owner_of_keys(table)[entry["id"]]
+    plain = apportion("locate", "--table", str(path), ids[0]).stdout.split("\t")
+    assert plain[:3] == [ids[0], str(found[0]["unit"]), found[0]["pod"]]
