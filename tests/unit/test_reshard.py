@@ -274,3 +274,19 @@ def test_locate_answers_from_a_table_mid_resharding(spec32: Any, tmp_path: Any) 
         assert entry["pod"] == owners[entry["id"]] == owner_of_keys(table)[entry["id"]]
     plain = apportion("locate", "--table", str(path), ids[0]).stdout.split("\t")
     assert plain[:3] == [ids[0], str(found[0]["unit"]), found[0]["pod"]]
+
+
+def test_the_split_merge_scenario_moves_nothing_at_the_split() -> None:
+    from apportion.engine.scenarios import make_scenario, run_steps
+
+    scenario = make_scenario("split-merge", units=32, members=4)
+    rows = list(run_steps(scenario, {"name": "Balanced"}))
+    (_, before, _), (split, after_split, _), (_, grown, _), (merge, _, _) = rows
+    assert split.units == 128 and split.moves == 0
+    where = {u: m for m, us in before.items() for u in us}
+    parents = scenario.steps[0].parents
+    assert all(where[parents[u][0]] == m for m, us in after_split.items() for u in us)
+    owner = {u: m for m, us in grown.items() for u in us}
+    siblings = scenario.steps[2].parents.values()
+    apart = sum(owner[a] != owner[b] for a, b in siblings)
+    assert merge.units == 64 and merge.moves >= apart > 0
