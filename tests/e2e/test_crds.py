@@ -295,16 +295,24 @@ def test_invalid_specs_are_rejected_with_a_clear_message(
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("scheme", "field", "value", "message"),
     [
-        ("partitions", 64, "partitions is immutable: changing it remaps every key"),
-        ("keyScheme", "akka", "keyScheme is immutable"),
+        ("netherite", "partitions", 64, "partitions can only change with keyScheme apportion"),
+        ("akka", "partitions", 16, "partitions can only change with keyScheme apportion"),
+        ("apportion", "partitions", 48, "may only be multiplied (split) or divided (merge)"),
+        ("netherite", "keyScheme", "akka", "keyScheme is immutable"),
     ],
 )
 def test_key_mapping_fields_are_immutable(
-    dev_cluster, crds, namespace, field: str, value: Any, message: str
+    dev_cluster, crds, namespace, scheme: str, field: str, value: Any, message: str
 ) -> None:
-    apply(dev_cluster, namespace, "PartitionSet", "fixed", {"partitions": 32, "selector": SELECTOR})
+    apply(
+        dev_cluster,
+        namespace,
+        "PartitionSet",
+        "fixed",
+        {"partitions": 32, "keyScheme": scheme, "selector": SELECTOR},
+    )
     result = dev_cluster.kubectl(
         "patch",
         "-n",
@@ -318,6 +326,23 @@ def test_key_mapping_fields_are_immutable(
     )
     assert result.returncode != 0 and message in result.stderr
     assert get(dev_cluster, namespace, "partitionset/fixed")["spec"]["partitions"] == 32
+
+
+def test_apportion_sets_split_and_merge_by_integer_factors(dev_cluster, crds, namespace) -> None:
+    spec = {"partitions": 32, "keyScheme": "apportion", "selector": SELECTOR}
+    apply(dev_cluster, namespace, "PartitionSet", "elastic", spec)
+    for count in (128, 64, 16, 32):
+        dev_cluster.kubectl(
+            "patch",
+            "-n",
+            namespace,
+            "partitionset",
+            "elastic",
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"partitions": count}}),
+        )
+        assert get(dev_cluster, namespace, "partitionset/elastic")["spec"]["partitions"] == count
 
 
 def test_status_from_the_models_is_accepted_and_shown_in_columns(

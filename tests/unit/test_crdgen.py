@@ -217,13 +217,18 @@ def test_status_conditions_are_a_map_keyed_by_type() -> None:
     assert "type" in conditions["items"]["required"]
 
 
-def test_immutable_unit_counts_have_transition_rules() -> None:
-    spec = crd_for(PartitionSet)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"][
-        "spec"
-    ]
-    rules = spec["properties"]["partitions"]["x-kubernetes-validations"]
-    assert rules[0]["rule"] == "self == oldSelf"
-    assert "remaps every key" in rules[0]["message"]
+@pytest.mark.parametrize(("kind", "field"), [(PartitionSet, "partitions"), (ShardSet, "shards")])
+def test_unit_counts_change_only_by_a_factor_and_only_with_the_apportion_scheme(
+    kind: type, field: str
+) -> None:
+    spec = crd_for(kind)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert "x-kubernetes-validations" not in spec["properties"][field]
+    rules = [r for r in spec["x-kubernetes-validations"] if r.get("fieldPath") == f".{field}"]
+    scheme, factor = rules
+    assert "oldSelf.keyScheme == 'apportion'" in scheme["rule"]
+    assert "netherite and akka" in scheme["message"]
+    assert f"self.{field} % oldSelf.{field} == 0" in factor["rule"]
+    assert f"oldSelf.{field} % self.{field} == 0" in factor["rule"]
 
 
 def test_settings_objects_default_to_their_full_defaults() -> None:

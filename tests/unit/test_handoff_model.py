@@ -429,7 +429,7 @@ class HandoffModel(RuleBasedStateMachine):
         for name in self.pods.keys() - self.procs.keys():
             self.start_process(name)
         healthy = sorted(self.pods)
-        self.target = {unit: healthy[i % len(healthy)] for i, unit in enumerate(UNITS)}
+        self.target = {u: healthy[i % len(healthy)] for i, u in enumerate(self.latest.unit_names)}
         for name, ack in self.in_flight:
             if name in self.pods:
                 self.pods[name].annotation = ack

@@ -44,8 +44,15 @@ def test_steps_keep_the_units_and_their_order() -> None:
     for name in ALLOCATION_SCENARIOS:
         scenario = make_scenario(name, units=30, members=6, steps=5, seed=3)
         assert len(set(scenario.initial.units)) == 30
+        units = scenario.initial.units
         for step in scenario.steps:
-            assert step.world.units == scenario.initial.units
+            # only a resharding step changes the units, and then says where each comes from
+            if step.parents is None:
+                assert step.world.units == units
+            else:
+                assert tuple(step.parents) == step.world.units
+                assert {p for ps in step.parents.values() for p in ps} == set(units)
+            units = step.world.units
             if step.world.loads is not None:
                 assert set(step.world.loads) == set(step.world.units)
                 assert all(x >= 0 and math.isfinite(x) for x in step.world.loads.values())

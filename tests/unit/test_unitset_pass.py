@@ -302,6 +302,7 @@ def test_status_of_a_balanced_set() -> None:
         "Balanced": ("True", "Balanced"),
         "Progressing": ("False", "Stable"),
         "Degraded": ("False", "AsExpected"),
+        "Resharding": ("False", "Resharded"),
     }
     assert status["imbalance"] == "1.00" and status["movesInProgress"] == 0
     assert status["members"] == status["readyMembers"] == 4 and status["assignedUnits"] == 32

@@ -30,7 +30,7 @@ def table(
     members: tuple[Incarnation, ...] = (ME, OTHER),
     ref: ResourceRef = REF,
 ) -> AssignmentTable:
-    return AssignmentTable(ref, 1, "netherite", len(units), epoch, members, units)
+    return AssignmentTable(ref, 1, "netherite", 8, epoch, members, units)  # count: never changes
 
 
 def owned(owner: str | None, epoch: int) -> UnitState:
@@ -311,3 +311,58 @@ def check_fencing(s: WorkerState) -> None:
     for unit in s.my_units():
         assert is_owner(view, ME, unit)
         assert view.units[unit].epoch == s.token(unit)
+
+
+def test_a_split_carries_held_units_into_children_and_acquires_nothing() -> None:
+    from apportion.api.assignment import Lineage
+    from apportion.engine.reshard import hash_range
+
+    s = state()
+    before = AssignmentTable(
+        REF, 1, "apportion", 2, 3, (ME, OTHER), {"0": owned("w-0", 3), "1": owned("w-1", 2)}
+    )
+    start(s, before)
+    split = AssignmentTable(
+        REF,
+        1,
+        "apportion",
+        4,
+        4,
+        (ME, OTHER),
+        {str(u): owned("w-0" if u < 2 else "w-1", 4) for u in range(4)},
+        Lineage(2, 4, 4, (3, 2)),
+    )
+    assert s.receive(split)
+    step = s.next_transition()
+    assert step is not None and step.resharding is not None and not step.acquire
+    assert step.stop == frozenset()
+    ((parent, children),) = step.resharding.splits().items()
+    assert (parent.unit, parent.lo, parent.hi) == ("0", *hash_range(0, 2))
+    assert [c.unit for c in children] == ["0", "1"]
+    assert children[0].lo == parent.lo and children[-1].hi == parent.hi
+    s.resharded(step.resharding.carried)
+    assert s.next_transition() is None and s.my_units() == {"0", "1"}
+
+
+def test_a_failed_split_callback_falls_back_to_acquiring_afresh() -> None:
+    from apportion.api.assignment import Lineage
+
+    s = state()
+    start(s, AssignmentTable(REF, 1, "apportion", 1, 1, (ME,), {"0": owned("w-0", 1)}))
+    s.receive(
+        AssignmentTable(
+            REF,
+            1,
+            "apportion",
+            2,
+            2,
+            (ME,),
+            {"0": owned("w-0", 2), "1": owned("w-0", 2)},
+            Lineage(1, 2, 2, (1,)),
+        )
+    )
+    step = s.next_transition()
+    assert step is not None and step.resharding is not None
+    s.resharded(step.resharding.carried, ok=False)
+    again = s.next_transition()
+    assert again is not None and again.acquire == {"0", "1"}

@@ -118,6 +118,64 @@ class UnitState:
 
 UNOWNED: Final = UnitState(owner=None, epoch=0)
 
+FORMAT_VERSION: Final = 2
+"""Version 2 adds `lineage` (online resharding); a version 1 reader ignores it, safely
+(docs/assignment-format.md, "Resharding")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """How this table's units derive from the table before a change of count: the table of
+    `epoch` turned `from_count` units into `to_count` (the table's count) by splitting each unit
+    into `to_count / from_count` children, or by merging groups of `from_count / to_count`
+    siblings. Unit `u` of `n` holds the hash range [⌈u·2⁶⁴/n⌉, ⌈(u+1)·2⁶⁴/n⌉) (keyScheme
+    apportion), so the children's ranges tile their parent's."""
+
+    from_count: int
+    to_count: int
+    epoch: int
+    parent_epochs: tuple[int, ...] = ()
+    """Token of each unit of `from_count` in the table just before `epoch`: a worker carries
+    a parent's in-memory state into its children only if it served the parent under exactly
+    this token (else it missed a change of owner and its state is stale)."""
+
+    def __post_init__(self) -> None:
+        small, big = sorted((self.from_count, self.to_count))
+        if small < 1 or big % small or small == big:
+            raise AssignmentFormatError(
+                f"lineage: {self.from_count} -> {self.to_count} is not a split or merge by an "
+                "integer factor"
+            )
+        if len(self.parent_epochs) != self.from_count or any(
+            not 0 <= e < self.epoch for e in self.parent_epochs
+        ):
+            raise AssignmentFormatError(
+                "lineage.parentEpochs: one token per previous unit, each below lineage.epoch"
+            )
+
+    @property
+    def split(self) -> bool:
+        return self.to_count > self.from_count
+
+    @property
+    def factor(self) -> int:
+        small, big = sorted((self.from_count, self.to_count))
+        return big // small
+
+    def parents(self, unit: int) -> range:
+        """Units of the previous count whose keys unit `unit` (of `to_count`) now holds."""
+        k = self.factor
+        return range(unit // k, unit // k + 1) if self.split else range(k * unit, k * unit + k)
+
+    def children(self, old_unit: int) -> range:
+        """Units of `to_count` that hold the keys of unit `old_unit` (of `from_count`)."""
+        k = self.factor
+        return (
+            range(k * old_unit, k * old_unit + k)
+            if self.split
+            else range(old_unit // k, old_unit // k + 1)
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Ack:
@@ -179,8 +237,13 @@ class AssignmentTable:
     epoch: int
     members: tuple[Incarnation, ...]
     units: Mapping[str, UnitState]
+    lineage: Lineage | None = None
 
     def __post_init__(self) -> None:
+        if self.lineage is not None and (
+            self.lineage.to_count != self.count or self.lineage.epoch > self.epoch
+        ):
+            raise AssignmentFormatError("lineage: toCount must be count, epoch at most epoch")
         if not isinstance(self.units, MappingProxyType):
             object.__setattr__(self, "units", MappingProxyType(dict(self.units)))
         for name, value in (
@@ -290,6 +353,13 @@ def to_document(table: AssignmentTable, layout: Layout = "map") -> dict[str, Any
         doc["unitEpochs"] = [s.epoch for s in states]
     else:
         raise ValueError(f"unknown layout {layout!r}")
+    if table.lineage is not None:
+        doc["formatVersion"] = FORMAT_VERSION
+        doc["lineage"] = {
+            "fromCount": table.lineage.from_count,
+            "epoch": table.lineage.epoch,
+            "parentEpochs": list(table.lineage.parent_epochs),
+        }
     doc["releasing"] = {
         unit: {
             "from": s.owner,
@@ -331,14 +401,28 @@ def from_document(doc: Any) -> AssignmentTable:
         unit: UnitState(owner, epoch, releasing.get(unit))
         for unit, owner, epoch in zip(owners, owners.values(), epochs, strict=True)
     }
+    count = _count(doc.get("count"), "count")
+    lineage = None
+    if "lineage" in doc:
+        entry = _object(doc["lineage"], "lineage")
+        lineage = Lineage(
+            _count(entry.get("fromCount"), "lineage.fromCount"),
+            count,
+            _count(entry.get("epoch"), "lineage.epoch"),
+            tuple(
+                _count(e, "lineage.parentEpochs[]")
+                for e in _array(entry.get("parentEpochs"), "lineage.parentEpochs")
+            ),
+        )
     return AssignmentTable(
         set_ref=set_ref,
         generation=_count(doc.get("generation"), "generation"),
         key_scheme=_string(doc.get("keyScheme"), "keyScheme"),
-        count=_count(doc.get("count"), "count"),
+        count=count,
         epoch=_count(doc.get("epoch"), "epoch"),
         members=members,
         units=units,
+        lineage=lineage,
     )
 
 

@@ -35,6 +35,8 @@ class ConditionType(StrEnum):
     """Moves or hand-offs are under way."""
     DEGRADED = "Degraded"
     """Something needs attention (no members, metrics missing, hand-off timed out...)."""
+    RESHARDING = "Resharding"
+    """The unit count is changing: the published table's count is not yet the spec's."""
 
 
 class Condition(ApiModel):

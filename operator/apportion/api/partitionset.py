@@ -35,12 +35,8 @@ class PartitionSetSpec(UnitSetSpec):
         ge=1,
         le=MAX_PARTITIONS,
         description=f"Number of partitions, 1 to {MAX_PARTITIONS} (Netherite's default is 12). "
-        "Immutable: every key's partition depends on it.",
-        json_schema_extra=immutable(
-            "partitions",
-            "changing it remaps every key to a different partition; create a new PartitionSet "
-            "instead",
-        ),
+        "Changes only with keyScheme apportion, by an integer split or merge factor (online "
+        "resharding, docs/resharding.md); fixed with netherite and akka.",
     )
     key_scheme: KeySchemeName = Field(
         KeySchemeName.NETHERITE,

@@ -31,11 +31,9 @@ class ShardSetSpec(UnitSetSpec):
         ge=1,
         le=MAX_UNITS,
         description=f"Number of shards, 1 to {MAX_UNITS} (Akka's default is 1000; about ten "
-        "times the largest number of workers). Immutable: every entity's shard depends on it.",
-        json_schema_extra=immutable(
-            "shards",
-            "changing it remaps every entity to a different shard; create a new ShardSet instead",
-        ),
+        "times the largest number of workers). Changes only with keyScheme apportion, by an "
+        "integer split or merge factor (online resharding, docs/resharding.md); fixed with akka "
+        "and netherite.",
     )
     key_scheme: KeySchemeName = Field(
         KeySchemeName.AKKA,

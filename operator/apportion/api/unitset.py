@@ -291,9 +291,38 @@ class StartupPolicy(ApiModel):
     )
 
 
+MAX_RESHARD_FACTOR = 64
+"""Largest split or merge factor of one spec change: a split by 64 turns every unit into 64 in one
+table; bigger jumps are a sign of a typo (and can still be made in two steps)."""
+
+
 def unit_set_rules(count_field: str) -> dict[str, Any]:
-    """Spec-level CEL rules of a unit set whose unit count is `count_field`."""
+    """Spec-level CEL rules of a unit set whose unit count is `count_field`.
+
+    The count changes only with keyScheme apportion (a range scheme: unit u of n is the hash
+    range [u·2⁶⁴/n, (u+1)·2⁶⁴/n), so a split or a merge by an integer factor moves no key to
+    another parent); see docs/resharding.md.
+    """
+    new, old = f"self.{count_field}", f"oldSelf.{count_field}"
     return validations(
+        cel(
+            f"{new} == {old} || (self.keyScheme == 'apportion' && "
+            f"oldSelf.keyScheme == 'apportion')",
+            f"{count_field} can only change with keyScheme apportion: netherite and akka "
+            f"reduce a hash modulo the count, so changing it would move almost every key to "
+            f"another unit (create a new set, or use keyScheme apportion from the start)",
+            reason="FieldValueForbidden",
+            field_path=f".{count_field}",
+        ),
+        cel(
+            f"{new} == {old} || ({new} > {old} && {new} % {old} == 0 && "
+            f"{new} / {old} <= {MAX_RESHARD_FACTOR}) || ({new} < {old} && {old} % {new} == 0 "
+            f"&& {old} / {new} <= {MAX_RESHARD_FACTOR})",
+            f"{count_field} may only be multiplied (split) or divided (merge) by an integer "
+            f"factor from 2 to {MAX_RESHARD_FACTOR}, e.g. 32 → 128 → 64: then every key "
+            f"stays in the hash range of its old unit and nothing is reshuffled",
+            field_path=f".{count_field}",
+        ),
         cel(
             "has(self.selector) || has(self.workloadRef)",
             "spec.selector or spec.workloadRef is required: apportion needs to know which "
@@ -373,6 +402,30 @@ class MemberUnits(ApiModel):
     load: Decimal | None = Field(None, description="Smoothed load of those units, if measured.")
 
 
+class ReshardPhase(StrEnum):
+    """Where a resharding stands (docs/resharding.md)."""
+
+    SETTLING = "Settling"
+    """Hand-offs under way finish or are cancelled, so that every parent has one owner."""
+    GATHERING = "Gathering"
+    """A merge moves sibling units onto one pod through normal hand-offs."""
+
+
+class ReshardingStatus(ApiModel):
+    """Progress of a change of the unit count."""
+
+    from_count: int = Field(ge=1, le=MAX_UNITS, description="Count of the published table.")
+    to_count: int = Field(ge=1, le=MAX_UNITS, description="Count asked for by the spec.")
+    phase: ReshardPhase = Field(description="Settling or Gathering.")
+    ready_units: int = Field(
+        ge=0,
+        le=MAX_UNITS,
+        description="Units of the next table ready to be published: parents with one owner "
+        "and no hand-off (split), gathered sibling groups (merge).",
+    )
+    total_units: int = Field(ge=0, le=MAX_UNITS, description="Units of the next table.")
+
+
 class UnitSetStatus(ApiModel):
     """What the operator observed and published for a PartitionSet or ShardSet."""
 
@@ -426,6 +479,11 @@ class UnitSetStatus(ApiModel):
         json_schema_extra=list_map("member"),
         description=f"Units per member, most loaded first; at most {MAX_MEMBER_ROWS} rows (see "
         "`members` for the total).",
+    )
+    resharding: ReshardingStatus | None = Field(
+        None,
+        description="The resharding under way: the spec's unit count differs from the published "
+        "table's; absent once the table with the new count is out.",
     )
     conditions: Conditions
 

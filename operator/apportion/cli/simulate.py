@@ -25,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "per step: members, max/mean (unit counts, and load when the scenario has loads), moves "
         "against the lower bound, rounds until the strategy stops moving and their simulated "
         "time; the grains scenario prints max/mean activations per grain strategy. Scenarios: "
-        "scale-out, scale-in, crash, rolling-update, zipf, drift, hot-key, grains.",
+        "scale-out, scale-in, crash, rolling-update, zipf, drift, hot-key, split-merge, grains.",
     )
     parser.add_argument(
         "scenarios", nargs="*", metavar="SCENARIO", help="scenarios to run (default: all)"

@@ -62,6 +62,8 @@ from apportion.publishing.events import EventRecorder
 from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
 
+_ACTIONS = {Reason.ASSIGNED: "Assign", Reason.RESHARDED: "Reshard"}
+
 RESYNC_SECONDS = 300.0
 """A full pass at least this often, whatever the wake-ups say."""
 RETRY_SECONDS = 2.0
@@ -459,7 +461,7 @@ class SetLoop:
         if result.summary:
             events.post(self.set_ref, "Normal", "Rebalancing", "Rebalance", result.summary)
         for decision in result.decision.events:
-            action = "Assign" if decision.reason is Reason.ASSIGNED else "Handoff"
+            action = _ACTIONS.get(decision.reason, "Handoff")
             events.post(
                 self.set_ref, decision.type, decision.reason.value, action, decision.message()
             )

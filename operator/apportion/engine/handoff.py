@@ -45,6 +45,7 @@ class Reason(StrEnum):
     HANDOFF_COMPLETED = "HandoffCompleted"
     HANDOFF_TIMED_OUT = "HandoffTimedOut"
     OWNER_GONE = "OwnerGone"
+    RESHARDED = "Resharded"
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,12 @@ class HandoffEvent:
                 return (
                     f"{src} did not acknowledge the release of {what} within "
                     f"handoffTimeout; reassigned to {dst} anyway"
+                )
+            case Reason.RESHARDED:
+                # source and target hold the old and new unit counts, not pods
+                return (
+                    f"resharded {src} unit(s) into {what}; each stays on the pod of its "
+                    "parent(s) until the rebalance spreads them"
                 )
             case Reason.OWNER_GONE:
                 where = f"reassigned to {dst}" if dst else "no member can take them"
@@ -194,6 +201,7 @@ def step(
             epoch,
             members,
             units,
+            published.lineage,
         )
     events = tuple(
         HandoffEvent(reason, source, dest, tuple(group))

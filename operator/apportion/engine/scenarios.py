@@ -81,10 +81,13 @@ class World:
 
 @dataclass(frozen=True, slots=True)
 class Step:
-    """One event (``"worker-10 joins"``) and the world after it."""
+    """One event (``"worker-10 joins"``) and the world after it. ``parents``: when the event
+    changes the unit count (online resharding), each new unit's units before it; a new unit
+    starts where its parents are (a merge first gathers them where most of them are)."""
 
     event: str
     world: World
+    parents: Mapping[str, tuple[str, ...]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +348,66 @@ def hot_key(units: int = 1000, members: int = 10, steps: int = 6, seed: int = 0)
     )
 
 
+def split_merge(units: int = 32, members: int = 4, steps: int = 3, seed: int = 0) -> Scenario:
+    """Online resharding under Zipf-skewed load (each key keeps its load, so a child carries its
+    share of its parent's): a x4 split, two members join, a /2 merge (32 -> 128 -> 64 units on
+    4 -> 6 members by default); ``steps`` below 3 stops the story early."""
+    _check(units, members, steps)
+    rng = np.random.default_rng(seed)
+    names = unit_names(units)
+    loads = zipf_ranks(units, 1.1, rng)
+    fleet = _fleet(members)
+    # Per fine unit (4 per original unit), with the noise of keys not splitting evenly.
+    fine = np.repeat(loads / 4, 4) * rng.lognormal(0.0, 0.2, 4 * units)
+    split_names = unit_names(4 * units)
+    merged_names = unit_names(2 * units)
+    grown = (*fleet, *(Member(member_name(members + k), version="1") for k in range(2)))
+    return Scenario(
+        "split-merge",
+        f"{units} -> {4 * units} -> {2 * units} units, {members} -> {members + 2} members, "
+        "Zipf load",
+        World(fleet, names, _loads(names, fine.reshape(units, 4).sum(axis=1))),
+        (
+            Step(
+                f"split x4 to {4 * units} units",
+                World(fleet, split_names, _loads(split_names, fine)),
+                {c: (names[i // 4],) for i, c in enumerate(split_names)},
+            ),
+            Step(
+                f"{member_name(members)}, {member_name(members + 1)} join",
+                World(grown, split_names, _loads(split_names, fine)),
+            ),
+            Step(
+                f"merge /2 to {2 * units} units",
+                World(grown, merged_names, _loads(merged_names, fine.reshape(-1, 2).sum(axis=1))),
+                {
+                    m: (split_names[2 * i], split_names[2 * i + 1])
+                    for i, m in enumerate(merged_names)
+                },
+            ),
+        )[:steps],
+    )
+
+
+def _inherit(
+    assignment: Assignment, parents: Mapping[str, tuple[str, ...]]
+) -> tuple[Assignment, int]:
+    """The assignment of the new units of a resharding, and the moves it took: a unit goes where
+    most of its parents are (ties: the first parent's), so a split moves nothing and a merge
+    moves only the siblings that sat elsewhere (the gathering hand-offs)."""
+    where = {unit: member for member, held in assignment.items() for unit in held}
+    result: dict[str, list[str]] = {member: [] for member in assignment}
+    moves = 0
+    for unit, old in parents.items():
+        owners = [where[p] for p in old if p in where]
+        if not owners:
+            continue
+        place = max(owners, key=owners.count)
+        moves += sum(1 for o in owners if o != place)
+        result[place].append(unit)
+    return {m: tuple(u) for m, u in result.items()}, moves
+
+
 ALLOCATION_SCENARIOS: Mapping[str, Callable[..., Scenario]] = MappingProxyType(
     {
         "scale-out": scale_out,
@@ -354,6 +417,7 @@ ALLOCATION_SCENARIOS: Mapping[str, Callable[..., Scenario]] = MappingProxyType(
         "zipf": zipf_load,
         "drift": drifting_load,
         "hot-key": hot_key,
+        "split-merge": split_merge,
     }
 )
 GRAIN_SCENARIO = "grains"
@@ -507,6 +571,9 @@ def run_steps(
     worlds = [Step("start", scenario.initial), *scenario.steps]
     for k, step in enumerate(worlds):
         world = step.world
+        gathered = 0
+        if step.parents is not None:
+            assignment, gathered = _inherit(assignment, step.parents)
         request = AllocationRequest(world.units, world.members, assignment, world.loads)
         state = index_request(request)
         targets, _ = target_members(state)
@@ -514,7 +581,7 @@ def run_steps(
         quotas = None if world.loads is None else [state.count(i) for i in targets]
         # Nothing can move where no member can take units.
         lower_bound = count_lower_bound(state, targets, quotas) if targets else 0
-        moves = rounds = 0
+        moves, rounds = gathered, 0
         moved_load = 0.0
         notes: dict[str, None] = {}
         plan: Plan | None = None

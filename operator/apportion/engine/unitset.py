@@ -25,7 +25,7 @@ from apportion.api.assignment import (
     ResourceRef,
 )
 from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
-from apportion.api.unitset import MAX_MEMBER_ROWS, MetricsSource, UnitSetSpec
+from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
 from apportion.engine.allocation import (
     AllocationError,
     AllocationRequest,
@@ -34,7 +34,8 @@ from apportion.engine.allocation import (
     Plan,
 )
 from apportion.engine.allocation.from_spec import move_budget, strategy_for
-from apportion.engine.handoff import HandoffDecision, LivePod, step
+from apportion.engine.handoff import HandoffDecision, HandoffEvent, LivePod, Reason, step
+from apportion.engine.reshard import Progress, gather_targets, next_lineage, progress, resharded
 
 NEW_REVISION = "1"
 OLD_REVISION = "0"
@@ -117,6 +118,7 @@ class PassResult:
     problems: tuple[Problem, ...] = ()
     summary: str | None = None
     imbalance: float | None = None
+    resharding: Progress | None = None
 
     @property
     def new_table(self) -> AssignmentTable | None:
@@ -364,7 +366,14 @@ def plan_pass(inp: PassInput) -> PassResult:
     hold_reason: str | None = None
     next_round: float | None = None
     round_budget = budget = move_budget(spec.rebalance, spec.units)
-    if spec.rebalance.pause_during_rollout and inp.rollout.rolling:
+    lineage = (
+        next_lineage(published, spec.units) if spec.key_scheme is KeySchemeName.APPORTION else None
+    )
+    if lineage is not None:
+        # Nothing moves for the balance while the count changes: units of pods that are gone
+        # still do (forced), and a merge's gathering moves are added below.
+        hold_reason, budget = f"resharding {lineage.from_count} → {lineage.to_count}", 0
+    elif spec.rebalance.pause_during_rollout and inp.rollout.rolling:
         hold_reason, budget = f"rollout in progress: {inp.rollout.message}", 0
     elif inp.last_round is not None and now < inp.last_round + interval:
         next_round = inp.last_round + interval
@@ -393,9 +402,11 @@ def plan_pass(inp: PassInput) -> PassResult:
         # More rounds to go (the strategy stopped at its own limit, or moves were held).
         next_round = now + interval
 
-    target = dict(owners)
+    target: dict[str, str | None] = dict(owners)
     for move in kept:
         target[move.unit] = move.target
+    if lineage is not None and not lineage.split:
+        target = gather_targets(lineage, target)
     live = {pod.name: LivePod(pod.uid, draining=pod.terminating) for pod in inp.pods}
     live.update({pod.name: LivePod(pod.uid, draining=True) for pod in inp.departed})
     decision = step(
@@ -407,6 +418,18 @@ def plan_pass(inp: PassInput) -> PassResult:
         spec.rebalance.handoff_timeout.total_seconds(),
         generation=inp.generation,
     )
+    reshard = None
+    if lineage is not None:
+        reshard = progress(published, lineage)
+        if decision.new_table is None and reshard.done:
+            event = HandoffEvent(
+                Reason.RESHARDED,
+                str(lineage.from_count),
+                str(lineage.to_count),
+                tuple(str(u) for u in range(lineage.to_count)),
+            )
+            table = resharded(published, lineage, inp.generation)
+            decision = HandoffDecision(table, (event,), (), None)
     current = imbalance(owners, members, inp.loads)
     summary = None
     if optional:
@@ -423,6 +446,7 @@ def plan_pass(inp: PassInput) -> PassResult:
         problems=tuple(problems),
         summary=summary,
         imbalance=current,
+        resharding=reshard,
     )
 
 
@@ -500,7 +524,10 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         key=lambda r: (-(float(r["load"]) if r["load"] else r["units"]), natural_key(r["member"])),
     )[:MAX_MEMBER_ROWS]
     problems = [*result.problems, *s.extra_problems]
-    conditions = _conditions(s, owned, releasing, problems)
+    reshard = result.resharding
+    if reshard is not None and table.count != reshard.lineage.from_count:
+        reshard = None  # this pass published the new count
+    conditions = _conditions(s, owned, releasing, problems, reshard)
     last_round = s.last_round
     return {
         "observedGeneration": s.generation,
@@ -514,6 +541,15 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
+        "resharding": None
+        if reshard is None
+        else {
+            "fromCount": reshard.lineage.from_count,
+            "toCount": reshard.lineage.to_count,
+            "phase": reshard.phase,
+            "readyUnits": reshard.ready,
+            "totalUnits": reshard.total,
+        },
         "conditions": [c.to_json_dict() for c in conditions],
     }
 
@@ -523,7 +559,11 @@ def _timestamp(seconds: float) -> str:
 
 
 def _conditions(
-    s: StatusInput, owned: int, releasing: int, problems: Sequence[Problem]
+    s: StatusInput,
+    owned: int,
+    releasing: int,
+    problems: Sequence[Problem],
+    reshard: Progress | None,
 ) -> list[Condition]:
     result, total = s.result, len(s.table.units)
     plan = result.plan
@@ -569,12 +609,27 @@ def _conditions(
     else:
         degraded = (False, "AsExpected", "")
 
+    if reshard is not None:
+        lineage = reshard.lineage
+        resharding = (
+            True,
+            reshard.phase,
+            f"{lineage.from_count} → {lineage.to_count} units: {reshard.ready} of "
+            f"{reshard.total} ready to publish",
+        )
+    else:
+        lineage = s.table.lineage
+        since = "" if lineage is None else f", resharded from {lineage.from_count} at epoch "
+        since += "" if lineage is None else str(lineage.epoch)
+        resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
+
     conditions: list[Condition] = list(s.conditions)  # type: ignore[arg-type]
     for type_, (status, reason, message) in (
         (ConditionType.READY, ready),
         (ConditionType.BALANCED, balanced),
         (ConditionType.PROGRESSING, progressing),
         (ConditionType.DEGRADED, degraded),
+        (ConditionType.RESHARDING, resharding),
     ):
         conditions = set_condition(
             conditions,

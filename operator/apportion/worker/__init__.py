@@ -12,7 +12,25 @@ come and go, acknowledges releases on its own Pod (docs/handoff.md) and serves /
 `apportion.api` and `apportion.engine` only.
 """
 
-from apportion.worker.state import Transition, WorkerState
-from apportion.worker.worker import KINDS, UnitsCallback, Worker, WorkerError
+from apportion.worker.state import Resharding, Transition, UnitRange, WorkerState
+from apportion.worker.worker import (
+    KINDS,
+    MergeCallback,
+    SplitCallback,
+    UnitsCallback,
+    Worker,
+    WorkerError,
+)
 
-__all__ = ["KINDS", "Transition", "UnitsCallback", "Worker", "WorkerError", "WorkerState"]
+__all__ = [
+    "KINDS",
+    "MergeCallback",
+    "Resharding",
+    "SplitCallback",
+    "Transition",
+    "UnitRange",
+    "UnitsCallback",
+    "Worker",
+    "WorkerError",
+    "WorkerState",
+]

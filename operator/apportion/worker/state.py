@@ -9,8 +9,8 @@ acknowledgements are written only when they say something the last one did not.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from apportion.api.assignment import Ack, AssignmentTable, Incarnation
 from apportion.engine.handoff import (
@@ -21,9 +21,62 @@ from apportion.engine.handoff import (
     releasing_units,
     supersedes,
 )
+from apportion.engine.reshard import hash_range, reshape
 
 _FOREIGN_TOKEN = -1
 """Token of units held under an earlier incarnation of the set: matches no unit epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnitRange:
+    """Unit `unit` of `count` and the 64-bit key hashes `[lo, hi)` it holds (keyScheme
+    apportion: `(xxh3_64(key) · count) >> 64 == unit` exactly when `lo ≤ hash < hi`)."""
+
+    unit: str
+    count: int
+    lo: int
+    hi: int
+
+    @classmethod
+    def of(cls, unit: str, count: int) -> UnitRange:
+        return cls(unit, count, *hash_range(int(unit), count))
+
+
+@dataclass(frozen=True)
+class Resharding:
+    """The local state to split or merge in place when the count changes (docs/resharding.md).
+
+    `carried`: new unit → the old units (of `from_count`) whose in-memory state it takes over;
+    `load`: new unit → old units whose state is not here and must be loaded as on acquire (a
+    merge sibling this process did not hold)."""
+
+    from_count: int
+    to_count: int
+    carried: Mapping[str, tuple[str, ...]]
+    load: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def split(self) -> bool:
+        return self.to_count > self.from_count
+
+    def splits(self) -> dict[UnitRange, tuple[UnitRange, ...]]:
+        """parent → the children this process serves from now on (split)."""
+        result: dict[UnitRange, list[UnitRange]] = {}
+        for child, (parent,) in sorted(self.carried.items(), key=lambda kv: int(kv[0])):
+            result.setdefault(UnitRange.of(parent, self.from_count), []).append(
+                UnitRange.of(child, self.to_count)
+            )
+        return {parent: tuple(children) for parent, children in result.items()}
+
+    def merges(self) -> dict[UnitRange, tuple[tuple[UnitRange, ...], tuple[UnitRange, ...]]]:
+        """merged unit → (siblings held here, siblings to load) (merge)."""
+        return {
+            UnitRange.of(unit, self.to_count): (
+                tuple(UnitRange.of(u, self.from_count) for u in held),
+                tuple(UnitRange.of(u, self.from_count) for u in self.load.get(unit, ())),
+            )
+            for unit, held in self.carried.items()
+        }
 
 
 @dataclass(frozen=True)
@@ -39,6 +92,7 @@ class Transition:
     release: frozenset[str]
     stop: frozenset[str]
     tokens: dict[str, int]
+    resharding: Resharding | None = None
 
 
 class WorkerState:
@@ -56,6 +110,7 @@ class WorkerState:
         self.name = name
         self.view: AssignmentTable | None = None
         self.held: dict[str, int] = {}
+        self.held_count: int | None = None  # the unit count `held` is named in
         self.busy: set[str] = set()
         self.draining = False
         self.written: Ack | None = None
@@ -89,6 +144,10 @@ class WorkerState:
         there is nothing to do. Call again whenever a table arrives or a callback returns."""
         if self.view is None:
             return None
+        if self.held_count != self.view.count:
+            if self.busy:
+                return None  # reshape only between callbacks: `held` must be settled
+            return self._reshape(self.view)
         plan = plan_worker(self.view, self.me, self.held)
         stop = plan.stop - self.busy
         release = plan.release - self.busy
@@ -101,6 +160,25 @@ class WorkerState:
         self.held.update(tokens)
         self.busy |= stop | release | acquire
         return Transition(self.view.epoch, acquire, release, stop, tokens)
+
+    def _reshape(self, view: AssignmentTable) -> Transition | None:
+        """The count changed: carry what `reshape` allows, stop the rest (the next transition
+        acquires afresh whatever is left)."""
+        change = (
+            None if self.held_count is None else reshape(view, self.me, self.held_count, self.held)
+        )
+        previous, self.held_count = self.held_count, view.count
+        if change is None or previous is None:
+            return self.next_transition()
+        self.held = dict(change.serving)
+        self.busy |= change.serving.keys()
+        resharding = Resharding(previous, view.count, change.carried, change.load)
+        return Transition(view.epoch, frozenset(), frozenset(), change.dropped, {}, resharding)
+
+    def resharded(self, units: Iterable[str], *, ok: bool = True) -> None:
+        """The split or merge callbacks returned (ok) or raised: then the units are dropped and
+        the next transition acquires them afresh."""
+        self.acquired(units, ok=ok)
 
     def stopped(self, units: Iterable[str]) -> None:
         self.busy.difference_update(units)

@@ -22,7 +22,7 @@ from apportion.api.assignment import (
 from apportion.api.metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.api.unitset import assignment_config_map
 from apportion.worker.process import ProcessStats
-from apportion.worker.state import Transition, WorkerState
+from apportion.worker.state import Resharding, Transition, UnitRange, WorkerState
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -35,6 +35,16 @@ logger = logging.getLogger("apportion.worker")
 UnitsCallback = Callable[[frozenset[str], int], Awaitable[None]]
 """`async def callback(units, epoch)`: the units concerned and the epoch of the table that
 asked for it."""
+
+SplitCallback = Callable[[UnitRange, tuple[UnitRange, ...], int], Awaitable[None]]
+"""`async def on_split(parent, children, epoch)`: cut the parent's in-memory state into the
+children this process now serves (hash ranges nest: a key goes to the child whose range holds
+its xxh3-64 hash); state of keys outside them is not this process's any more."""
+MergeCallback = Callable[
+    [UnitRange, tuple[UnitRange, ...], tuple[UnitRange, ...], int], Awaitable[None]
+]
+"""`async def on_merge(merged, held, missing, epoch)`: join the state of the `held` siblings
+into `merged`, loading the `missing` ones from where on_acquire loads state."""
 
 KINDS: Final = ("PartitionSet", "ShardSet")
 FIELD_MANAGER: Final = "apportion-worker"
@@ -66,6 +76,10 @@ class Worker:
     without a hand-off (the operator presumed this pod gone, or a hand-off timed out), or still
     held when the worker closes; drop them at once (default: `on_release`). Each unit's
     callbacks run one at a time, in order; `owns()` follows the newest table at once.
+    `on_split(parent, children, epoch)`, `on_merge(merged, held, missing, epoch)`: the unit count
+    changed (keyScheme apportion, docs/resharding.md); split or join local state in place. Units
+    (`UnitRange`) carry their hash range. Without them (or when one raises) the new units are
+    acquired afresh through `on_acquire`, the old ones revoked first.
 
     `load(unit) -> float`: the current load of an owned unit for /metrics; or push figures with
     `report_load`. Without either, no per-unit load is reported (the operator counts units).
@@ -83,6 +97,8 @@ class Worker:
         on_acquire: UnitsCallback | None = None,
         on_release: UnitsCallback | None = None,
         on_revoke: UnitsCallback | None = None,
+        on_split: SplitCallback | None = None,
+        on_merge: MergeCallback | None = None,
         load: Callable[[str], float] | None = None,
         port: int | None = None,
         host: str | None = None,
@@ -103,6 +119,8 @@ class Worker:
         self.on_acquire = on_acquire
         self.on_release = on_release
         self.on_revoke = on_revoke
+        self.on_split = on_split
+        self.on_merge = on_merge
         self.load = load
         self.port = port
         self.host = host or os.environ.get("POD_IP") or "0.0.0.0"
@@ -388,10 +406,36 @@ class Worker:
         if t.stop:
             await self._call(self.on_revoke or self.on_release, t.stop, t.epoch)
             state.stopped(t.stop)
+        if t.resharding is not None:
+            await self._reshard(t.resharding, t.epoch)
         await asyncio.gather(self._release(t), self._acquire(t))
         self._wake.set()
         self._ack_wake.set()
         await self._notify()
+
+    async def _reshard(self, change: Resharding, epoch: int) -> None:
+        units = frozenset(change.carried)
+        try:
+            if change.split and self.on_split is not None:
+                for parent, children in change.splits().items():
+                    await self.on_split(parent, children, epoch)
+            elif not change.split and self.on_merge is not None:
+                for merged, (held, missing) in change.merges().items():
+                    await self.on_merge(merged, held, missing, epoch)
+            else:
+                raise LookupError("no split or merge callback")
+        except Exception as error:
+            logger.warning(
+                "resharding %d → %d: %s; acquiring afresh",
+                change.from_count,
+                change.to_count,
+                error,
+            )
+            old = frozenset(u for parents in change.carried.values() for u in parents)
+            await self._call(self.on_revoke or self.on_release, old, epoch)
+            self.state.resharded(units, ok=False)
+            return
+        self.state.resharded(units)
 
     async def _release(self, t: Transition) -> None:
         if t.release:
