@@ -17,9 +17,8 @@ and every process serves only keys whose state it holds, unless it lost the key 
 
 from __future__ import annotations
 
-import os
-
-from hypothesis import HealthCheck, event, settings
+import test_handoff_model
+from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 from test_handoff_model import SET, TIMEOUT, HandoffModel
@@ -256,9 +255,6 @@ class ReshardModel(HandoffModel):
 
 
 TestReshardModel = ReshardModel.TestCase
-TestReshardModel.settings = settings(
-    max_examples=int(os.environ.get("APPORTION_MODEL_EXAMPLES", "300")),
-    stateful_step_count=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+TestReshardModel.settings = (
+    test_handoff_model.TestHandoffModel.settings
+)  # same depth, APPORTION_MODEL_EXAMPLES
