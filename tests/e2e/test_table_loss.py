@@ -24,6 +24,7 @@ from unitset_support import (
     workers,
 )
 
+from apportion.api.assignment import AssignmentFormatError
 from apportion.api.unitset import assignment_config_map
 
 CM = assignment_config_map("ShardSet", "carts")
@@ -74,7 +75,10 @@ def republished_above(kubectl, namespace, wait_for, epoch: int, what: str):
     """The table once the operator has written it again above `epoch`."""
 
     def above():
-        table = read_table(kubectl, namespace, "ShardSet", "carts")
+        try:
+            table = read_table(kubectl, namespace, "ShardSet", "carts")
+        except AssignmentFormatError:
+            return None  # still garbled: the repair is yet to come
         return table if table is not None and table.epoch > epoch else None
 
     return wait_for(above, 30, what)

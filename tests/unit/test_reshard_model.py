@@ -236,9 +236,17 @@ class ReshardModel(HandoffModel):
             if name in self.pods:
                 self.pods[name].annotation = ack
         self.in_flight.clear()
+        if not self.pods:
+            self.create_pod("p0")
         for _ in range(8):
             if self.latest.count == self.wanted:
                 break
+            # As the pass's strategy would: every unit targets a live pod (a unit whose
+            # target is gone would never gather with its siblings).
+            healthy = sorted(self.pods)
+            self.target = {
+                u: healthy[i % len(healthy)] for i, u in enumerate(self.latest.unit_names)
+            }
             for name in self.pods.keys() - self.procs.keys():
                 self.start_process(name)
             for name, proc in self.procs.items():
