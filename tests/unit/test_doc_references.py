@@ -106,7 +106,7 @@ def resolves(dotted: str) -> bool:
 
 
 def path_exists(doc: str, path: str) -> bool:
-    """Relative to the repository, the doc, or the package (`controllers/unitset.py`); a bare
+    """Relative to the repository, the doc, or the package (`controllers/unitsets/loop.py`); a bare
     file name anywhere in the sources (`_keys.c`)."""
     path = path.rstrip("/")
     bases = [REPO, REPO / "docs", PACKAGE, REPO / "operator", REPO / "tests"]

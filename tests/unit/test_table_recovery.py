@@ -108,7 +108,7 @@ def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
 def test_a_reported_handoff_timeout_survives_a_restart() -> None:
     """The successor reads HandoffTimedOut back from the status and keeps it for its full time
     (60 s from the transition) instead of clearing it in its first pass."""
-    from apportion.controllers.unitset import TIMEOUT_REPORT_SECONDS, _timed_out_from
+    from apportion.controllers.unitsets.loop import TIMEOUT_REPORT_SECONDS, _timed_out_from
 
     degraded = {
         "type": "Degraded",

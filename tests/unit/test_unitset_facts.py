@@ -25,7 +25,7 @@ from apportion.engine.allocation import (
     from_spec,
 )
 from apportion.engine.allocation.from_spec import move_budget, strategy_for
-from apportion.engine.unitset import (
+from apportion.engine.set_pass import (
     NEW_REVISION,
     OLD_REVISION,
     PassInput,

@@ -1,4 +1,4 @@
-"""One placement pass of a unit set (apportion.engine.unitset): strategy plan, moves held back
+"""One placement pass of a unit set (apportion.engine.set_pass): strategy plan, moves held back
 for rollouts, intervals and budgets, the hand-off step, and the status that reports it."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import AssignmentTable, Incarnation, ResourceRef
 from apportion.engine.allocation import Member as EngineMember
 from apportion.engine.handoff import Reason, make_ack
-from apportion.engine.unitset import (
+from apportion.engine.set_pass import (
     PassInput,
     PassResult,
     PodView,

@@ -12,9 +12,8 @@ import importlib
 import kopf
 
 HANDLER_MODULES = (
-    "apportion.controllers.partitionset",
-    "apportion.controllers.shardset",
-    "apportion.controllers.graintype",
+    "apportion.controllers.unitsets.handlers",
+    "apportion.controllers.graintypes.handlers",
 )
 
 

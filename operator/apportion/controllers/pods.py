@@ -14,7 +14,7 @@ from typing import Any
 from apportion.api.common import LabelSelector
 from apportion.controllers.metrics import PodRef
 from apportion.controllers.selections import SelectedCache
-from apportion.engine.unitset import PodView
+from apportion.engine.set_pass import PodView
 from apportion.publishing.pods import DELETION_COST
 
 ACK_PREFIX = "apportion.dev/ack."

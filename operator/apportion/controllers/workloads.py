@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from apportion.api.common import LabelSelector, WorkloadKind
 from apportion.controllers.pods import PodFact
 from apportion.controllers.selections import SelectedCache
-from apportion.engine.unitset import Rollout
+from apportion.engine.set_pass import Rollout
 
 
 @dataclass(frozen=True)

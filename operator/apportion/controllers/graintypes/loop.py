@@ -34,7 +34,7 @@ from apportion.controllers.graintypes.document import (
 from apportion.controllers.graintypes.gate import PublishGate
 from apportion.controllers.pods import pod_cache, pods_of, select
 from apportion.controllers.selections import Want
-from apportion.controllers.unitset import writers
+from apportion.controllers.unitsets.loop import writers
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.publishing.client import api
 from apportion.publishing.configmaps import PublishConflict

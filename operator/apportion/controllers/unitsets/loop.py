@@ -3,7 +3,7 @@
 The daemon sleeps until something it reads changes (a pod or workload it selects, the set
 itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass declares
 what it selects to the caches (`selections`), reads the cached pods and workloads, runs
-`apportion.engine.unitset.plan_pass` and publishes what it decided: at most one ConfigMap
+`apportion.engine.set_pass.plan_pass` and publishes what it decided: at most one ConfigMap
 write per new table, then Events, the status and the pods' deletion costs. All state lives in
 the API server: on start (operator restart, standby taking over) the daemon decodes the
 published table and continues from its epoch.
@@ -40,7 +40,7 @@ from apportion.controllers.selections import Want
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
 from apportion.engine.handoff import Reason, recover
-from apportion.engine.unitset import (
+from apportion.engine.set_pass import (
     PassInput,
     PassResult,
     PodView,

@@ -1,0 +1,1 @@
+"""PartitionSets and ShardSets: the shared placement loop (`loop`) and its handlers."""
