@@ -34,14 +34,28 @@ def table(ref: ResourceRef, epoch: int, count: int = 8) -> AssignmentTable:
     return AssignmentTable(ref, 1, "akka", count, epoch, MEMBERS, units)
 
 
+def real_set(kubectl, namespace: str, name: str) -> ResourceRef:
+    """A ShardSet that exists, as the owner of its tables: the garbage collector deletes a
+    ConfigMap whose owner reference names no object, and would race these tests."""
+    body = {
+        "apiVersion": "apportion.dev/v1alpha1",
+        "kind": "ShardSet",
+        "metadata": {"name": name},
+        "spec": {"shards": 8, "selector": {"matchLabels": {"app": "nobody"}}},
+    }
+    kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(body))
+    uid = kubectl("get", "-n", namespace, "shardset", name, "-o", "jsonpath={.metadata.uid}")
+    return ResourceRef("ShardSet", namespace, name, uid.stdout.strip())
+
+
 @pytest.fixture
 def client(dev_cluster) -> AsyncClient:
     # Made per test, on the test's own event loop; the process ends the connections.
     return AsyncClient(KubeConfig.from_file(dev_cluster.kubeconfig), trust_env=False)
 
 
-async def test_two_writers_one_wins_and_the_other_rereads(client, namespace) -> None:
-    ref = ResourceRef("ShardSet", namespace, "fenced", "set-uid")
+async def test_two_writers_one_wins_and_the_other_rereads(client, namespace, kubectl, crds) -> None:
+    ref = real_set(kubectl, namespace, "fenced")
     name = assignment_config_map("ShardSet", "fenced")
     leader, standby = AssignmentStore(client, ref, name), AssignmentStore(client, ref, name)
     assert (await leader.load()).table is None and (await standby.load()).table is None
@@ -58,13 +72,13 @@ async def test_two_writers_one_wins_and_the_other_rereads(client, namespace) -> 
 
 
 async def test_a_chunked_table_round_trips_and_a_missing_chunk_is_reported(
-    client, namespace, kubectl, monkeypatch
+    client, namespace, kubectl, monkeypatch, crds
 ) -> None:
     # Chunks of 4 KiB instead of 768 KiB: the same code path with a table of a few thousand
     # units instead of one too big to write quickly.
     small_chunks = functools.partial(encode_assignment, inline_limit=1024, chunk_limit=4096)
     monkeypatch.setattr(configmaps, "encode_assignment", small_chunks)
-    ref = ResourceRef("ShardSet", namespace, "big", "set-uid")
+    ref = real_set(kubectl, namespace, "big")
     name = assignment_config_map("ShardSet", "big")
     store = AssignmentStore(client, ref, name)
     assert (await store.load()).table is None
@@ -82,8 +96,8 @@ async def test_a_chunked_table_round_trips_and_a_missing_chunk_is_reported(
     assert loaded.table is None and "incomplete" in (loaded.unreadable or "")
 
 
-async def test_gone_garbled_and_foreign_tables(client, namespace, kubectl) -> None:
-    ref = ResourceRef("ShardSet", namespace, "carts", "set-uid")
+async def test_gone_garbled_and_foreign_tables(client, namespace, kubectl, crds) -> None:
+    ref = real_set(kubectl, namespace, "carts")
     name = assignment_config_map("ShardSet", "carts")
     store = AssignmentStore(client, ref, name)
     await store.load()
@@ -97,7 +111,8 @@ async def test_gone_garbled_and_foreign_tables(client, namespace, kubectl) -> No
     assert (await store.load()).table == table(ref, 5)
     kubectl("delete", "-n", namespace, "configmap", name)
     assert await store.load() == type(garbled)(None)
-    # A table left by an earlier set of the same name is not this set's.
-    earlier = ResourceRef("ShardSet", namespace, "carts", "older-uid")
+    # A table left by another set under this name (an earlier set of the same name) is not
+    # this set's.
+    earlier = real_set(kubectl, namespace, "other")
     await AssignmentStore(client, earlier, name).publish(table(earlier, 9))
     assert (await store.load()).table is None
