@@ -7,8 +7,10 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
 import textwrap
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -354,3 +356,46 @@ def test_start_on_a_half_running_cluster_refuses_in_words(tmp_path) -> None:
     finally:
         cluster.stop()
     assert not state_dir.exists()
+
+
+def test_the_pod_simulator_outlives_an_api_server_restart(tmp_path, wait_for) -> None:
+    """The API server goes away (SIGKILL) and comes back on the same etcd: the simulator keeps
+    its process pods running through the outage and serves new pods afterwards (it used to die
+    on the first connection error, taking every process pod with it)."""
+    cluster = DevCluster.start(tmp_path / "cluster")
+    restarted: subprocess.Popen[bytes] | None = None
+    try:
+        cluster.kubectl("create", "namespace", "outage")
+        sleeper = ["python", "-c", "import time; time.sleep(3600)"]
+        cluster.kubectl("apply", "-f", "-", input=process_pod("outage", "before", sleeper))
+        wait_for(ready_pods(cluster, "outage", "app=before", 1), message="a pod before")
+        records = {r.name: r for r in cluster._state.processes}
+        server, podsim = records["kube-apiserver"], records["podsim"]
+        argv = Path(f"/proc/{server.pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+        os.kill(server.pid, signal.SIGKILL)
+        podsim_log = cluster.log_path("podsim")
+        wait_for(
+            lambda: "failed" in podsim_log.read_text() or "interrupted" in podsim_log.read_text(),
+            timeout=120,
+            message="the simulator notices the API server is gone",
+        )
+        with cluster.log_path("kube-apiserver").open("ab") as log:
+            restarted = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        wait_for(lambda: _answers(cluster), timeout=120, message="the API server back")
+        assert is_running(podsim), "the simulator outlived the outage"
+        cluster.kubectl("apply", "-f", "-", input=process_pod("outage", "after", sleeper))
+        wait_for(ready_pods(cluster, "outage", "app=after", 1), timeout=120, message="a pod after")
+        (before,) = pods(cluster, "outage", "app=before")
+        assert is_ready(before), "the process pod from before the outage still runs"
+    finally:
+        cluster.stop()
+        if restarted is not None:
+            restarted.kill()
+            restarted.wait()
+
+
+def _answers(cluster: DevCluster) -> bool:
+    try:
+        return cluster.readyz() == "ok"
+    except OSError:
+        return False
