@@ -33,6 +33,7 @@ from typing import Final
 from aiohttp import web
 
 from apportion.api.assignment import unit_order
+from apportion.worker.burn import CpuBurner
 from apportion.worker.worker import Worker
 
 OWNERSHIP_LOGGER: Final = "apportion.demo.ownership"
@@ -158,8 +159,15 @@ class DemoWorker:
         profile: LoadProfile | None = None,
         release_delay: float = 0.0,
         work_time: float = 0.0,
+        burn_millicores: float = 0.0,
     ) -> None:
         self.profile = profile or LoadProfile("uniform")
+        # With --burn-cpu, a unit's load is the CPU it really costs, not the profile's figure.
+        self.burner = (
+            CpuBurner(burn_millicores, lambda unit: self.profile.load(unit, self.rates))
+            if burn_millicores
+            else None
+        )
         self.release_delay = release_delay
         self.work_time = work_time
         self.rates = RequestRates()
@@ -182,10 +190,18 @@ class DemoWorker:
         )
 
     async def run(self) -> None:
-        async with self.worker as worker:
-            await worker.wait_drained()
+        if self.burner is not None:
+            self.burner.start()
+        try:
+            async with self.worker as worker:
+                await worker.wait_drained()
+        finally:
+            if self.burner is not None:
+                self.burner.stop()
 
     def unit_load(self, unit: str) -> float:
+        if self.burner is not None:
+            return self.burner.rate(unit)
         return self.profile.load(unit, self.rates)
 
     # ----------------------------------------------------------------------------- callbacks
@@ -209,6 +225,8 @@ class DemoWorker:
             token = self.worker.token(unit)
             if token is not None:
                 self.tokens[unit] = token
+        if self.burner is not None:
+            self.burner.hold(units)
         self._log("acquire", units, epoch)
 
     async def on_release(self, units: frozenset[str], epoch: int) -> None:
@@ -232,6 +250,8 @@ class DemoWorker:
         self._forget(units)
 
     def _forget(self, units: frozenset[str]) -> None:
+        if self.burner is not None:
+            self.burner.drop(units)
         for unit in units:
             self.tokens.pop(unit, None)
             self.rates.forget(unit)
