@@ -161,6 +161,7 @@ class DevCluster:
         started: list[ProcessRecord] = []
         try:
             if real_node:
+                clean_up_abandoned_node()  # its state directory goes too
                 host.claim_machine(
                     layout.root, _node_owner_alive(), kube_proxy=bin_dir / "kube-proxy"
                 )

@@ -29,6 +29,10 @@ POD_CIDR = "10.244.0.0/24"
 CLUSTER_CIDR = "10.244.0.0/16"
 CNI_NETWORK = "apportion-realnode"
 RECORD_DIR = Path(os.environ.get("APPORTION_REALNODE_RECORD", "/run/apportion-realnode"))
+# The node's files (containerd's images and snapshots, the kubelet's root, pod logs). A short
+# path of its own, not the state directory: the kubelet and containerd make unix sockets below
+# it, and a socket path may not exceed ~104 bytes (a pytest tmp_path does). One node per machine.
+NODE_ROOT = Path(os.environ.get("APPORTION_REALNODE_ROOT", "/var/lib/apportion-realnode"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CNI_BIN_DIR = Path("/usr/lib/cni")
 # sysctls the kubelet, kube-proxy and the bridge plugin set on their own.
@@ -220,6 +224,8 @@ def clean_up(record: MachineRecord, kube_proxy: Path | None = None) -> None:
     _remove_chains()
     for mount in sorted(_our_mounts(Path(record.owner)), key=len, reverse=True):
         _run("umount", "-l", mount, check=False)
+    if not mounts_under(NODE_ROOT):
+        shutil.rmtree(NODE_ROOT, ignore_errors=True)
     for cgroup in _kubepods_cgroups():
         with contextlib.suppress(OSError):
             cgroup.rmdir()
@@ -240,7 +246,12 @@ def clean_up(record: MachineRecord, kube_proxy: Path | None = None) -> None:
 
 def _our_mounts(state_root: Path) -> list[str]:
     netns = [p for p in mountpoints() if p.startswith("/run/netns/cni-")]
-    return [*mounts_under(state_root), *mounts_under(Path("/var/lib/kubelet")), *netns]
+    return [
+        *mounts_under(state_root),
+        *mounts_under(NODE_ROOT),
+        *mounts_under(Path("/var/lib/kubelet")),
+        *netns,
+    ]
 
 
 def _chains() -> dict[tuple[str, str], list[str]]:
@@ -284,6 +295,8 @@ def leftovers(record: MachineRecord | None, state_root: Path | None = None) -> l
     ]
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         found.append(f"bridge {BRIDGE}")
+    if NODE_ROOT.exists():
+        found.append(f"path {NODE_ROOT}")
     found += [
         f"process {name} {pid}"
         for name in ("kubelet", "containerd", "containerd-shim-runc-v2", "kube-proxy")

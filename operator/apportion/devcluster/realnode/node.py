@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,9 @@ def start_node(
     wait: Wait,
     node_images: list[str],
 ) -> None:
-    node = NodePaths(state_root / "node")
+    shutil.rmtree(host.NODE_ROOT, ignore_errors=True)  # claim_machine cleaned up any owner
+    node = NodePaths(host.NODE_ROOT)
+    (state_root / "node").symlink_to(host.NODE_ROOT)  # logs and kubeconfigs, beside the rest
     containerd_bin = ensure_tool(CONTAINERD)
     _write_cni_config(node)
     (node.containerd / "config.toml").write_text(_containerd_config(node))
