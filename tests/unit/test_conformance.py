@@ -1,0 +1,153 @@
+"""The Python library against the language-neutral conformance cases of conformance/ (the Java
+client's JUnit suite reads the same files): stored tables, key -> unit vectors, and the worker
+rule step by step."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from apportion.api.assignment import (
+    AssignmentFormatError,
+    AssignmentTable,
+    ConfigMapPayload,
+    Incarnation,
+    IncompleteAssignment,
+    decode_assignment,
+    from_document,
+)
+from apportion.engine.keys import PURE_SCHEMES, SCHEMES
+from apportion.worker.state import WorkerState
+
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+STORED = sorted((CONFORMANCE / "tables" / "stored").glob("*.json"))
+KEY_FILES = sorted((CONFORMANCE / "keys").glob("*.json"))
+WORKER_CASES = sorted((CONFORMANCE / "worker").glob("*.json"))
+
+
+def load(path: Path) -> Any:
+    return json.loads(path.read_text())
+
+
+def normalized(table: AssignmentTable) -> dict[str, Any]:
+    """The table in the form the cases' `expect` uses (conformance/README.md)."""
+    units: dict[str, Any] = {}
+    for unit in table.unit_names:
+        state = table.units[unit]
+        entry: dict[str, Any] = {"owner": state.owner, "epoch": state.epoch}
+        if state.releasing is not None:
+            release = state.releasing
+            entry["releasing"] = {"to": release.to, "since": release.since, "epoch": release.epoch}
+        units[unit] = entry
+    lineage = table.lineage
+    return {
+        "set": {
+            "kind": table.set_ref.kind,
+            "namespace": table.set_ref.namespace,
+            "name": table.set_ref.name,
+            "uid": table.set_ref.uid,
+        },
+        "generation": table.generation,
+        "keyScheme": table.key_scheme,
+        "count": table.count,
+        "epoch": table.epoch,
+        "ackAnnotation": table.set_ref.ack_annotation,
+        "members": [{"name": m.name, "uid": m.uid} for m in table.members],
+        "units": units,
+        "lineage": None
+        if lineage is None
+        else {
+            "fromCount": lineage.from_count,
+            "toCount": lineage.to_count,
+            "epoch": lineage.epoch,
+            "parentEpochs": list(lineage.parent_epochs),
+        },
+    }
+
+
+def test_every_case_is_stored_every_way() -> None:
+    cases = {p.stem for p in (CONFORMANCE / "tables").glob("*.json")}
+    stored = {(s["case"], s["storage"]) for s in map(load, STORED)}
+    assert len(cases) > 20
+    assert {(c, way) for c in cases for way in ("plain", "gzip", "chunked")} <= stored
+    assert {c for c, _ in stored} == cases
+
+
+@pytest.mark.parametrize("path", STORED, ids=lambda p: p.stem)
+def test_stored_table(path: Path) -> None:
+    stored = load(path)
+    case = load(CONFORMANCE / "tables" / f"{stored['case']}.json")
+    error = stored.get("error", case.get("error"))
+    payloads = [ConfigMapPayload.from_configmap(cm, stored["name"]) for cm in stored["configmaps"]]
+    if error is None:
+        assert normalized(decode_assignment(payloads)) == case["expect"]
+    else:
+        expected = IncompleteAssignment if error == "incomplete" else AssignmentFormatError
+        with pytest.raises(expected) as caught:
+            decode_assignment(payloads)
+        if error == "format":
+            assert not isinstance(caught.value, IncompleteAssignment)
+
+
+@pytest.mark.parametrize("path", KEY_FILES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("schemes", [PURE_SCHEMES, SCHEMES], ids=["python", "default"])
+def test_key_vectors(path: Path, schemes: dict[str, Any]) -> None:
+    cases = load(path)
+    scheme = schemes[cases["scheme"]]
+    assert len(cases["vectors"]) > 20
+    for vector in cases["vectors"]:
+        for count, unit in vector["units"].items():
+            assert scheme.unit(vector["key"], int(count)) == unit, (vector["key"], count)
+        keys = [vector["key"]] * 2
+        for count, unit in vector["units"].items():
+            assert scheme.units(keys, int(count)).tolist() == [unit, unit], (vector["key"], count)
+
+
+def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
+    """Plays the case's steps against WorkerState, every callback returning at once; what each
+    step did, in the form of the cases' `expect` (conformance/README.md)."""
+    me = Incarnation(case["me"]["name"], case["me"]["uid"])
+    ref = case["set"]
+    state = WorkerState(me, ref["kind"], ref["namespace"], ref["name"])
+    results = []
+    for step in case["steps"]:
+        did: dict[str, Any] = {"stop": [], "release": [], "acquire": {}}
+        if "table" in step:
+            did["handled"] = state.receive(from_document(step["table"]))
+        else:
+            assert step["signal"] == "drain"
+            state.start_draining()
+        while (transition := state.next_transition()) is not None:
+            did["stop"] += sorted(transition.stop)
+            did["release"] += sorted(transition.release)
+            did["acquire"].update(transition.tokens)
+            state.stopped(transition.stop)
+            state.released(transition.release)
+            state.acquired(transition.acquire)
+        ack = state.ack_due()
+        if ack is not None:
+            state.ack_written(ack)
+        did["ack"] = None if ack is None else json.loads(ack.to_annotation())
+        did["owns"] = sorted(state.my_units())
+        did["tokens"] = dict(sorted(state.held.items()))
+        did["drained"] = state.drained()
+        results.append(did)
+    return results
+
+
+@pytest.mark.parametrize("path", WORKER_CASES, ids=lambda p: p.stem)
+def test_worker_sequence(path: Path) -> None:
+    case = load(path)
+    results = run_worker(case)
+    for number, (step, did) in enumerate(zip(case["steps"], results, strict=True)):
+        expected = {"stop": [], "release": [], "acquire": {}, **step["expect"]}
+        assert {k: did[k] for k in expected} == expected, f"step {number}: {step.get('why')}"
+
+
+def test_the_worker_cases_cover_the_rule() -> None:
+    seen = {key for path in WORKER_CASES for r in run_worker(load(path)) for key in r if r[key]}
+    assert len(WORKER_CASES) >= 6
+    assert {"stop", "release", "acquire", "ack", "drained"} <= seen
