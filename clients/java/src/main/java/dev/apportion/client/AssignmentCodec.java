@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.HexFormat;
 import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -302,11 +303,7 @@ public final class AssignmentCodec {
 
   private static String sha256(byte[] data) {
     try {
-      StringBuilder hex = new StringBuilder(64);
-      for (byte b : MessageDigest.getInstance("SHA-256").digest(data)) {
-        hex.append(String.format("%02x", b));
-      }
-      return hex.toString();
+      return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(data));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException("every Java platform has SHA-256", e);
     }
