@@ -9,6 +9,8 @@ readers, Python and Java, against something that is not one of them.
   (plain JSON, gzip, gzip split into checksummed chunks), made with the standard library's gzip,
   hashlib and base64 only, plus damaged chunk sets whose outcome the format spec fixes.
 - keys/: key -> unit vectors per key scheme, from independent oracles.
+- names.json: the root ConfigMap and ack annotation names of a set, from the rules of
+  docs/assignment-format.md ("names too long ... end in a digest") and hashlib's SHA-256.
 """
 
 from __future__ import annotations
@@ -279,6 +281,38 @@ def generate_keys() -> None:
         (KEYS / f"{name}.json").write_text(f'{head}, "vectors": [\n{lines}\n]}}\n')
 
 
+# ------------------------------------------------------------------------------------ names
+
+NAMES = [
+    ("PartitionSet", "demo"),
+    ("ShardSet", "carts"),
+    ("ShardSet", "a" * 50),  # the ack key's name part just fits in 63 characters
+    ("ShardSet", "a" * 51),  # one more: cut, with a digest
+    ("PartitionSet", "b" * 230),  # the ConfigMap name leaves no room for chunk suffixes
+    ("ShardSet", "x" * 208 + "-.-" + "z" * 20),  # the cut ends in "-.", which is dropped
+]
+
+
+def generate_names() -> None:
+    def digest(text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+    def config_map(kind: str, name: str) -> str:
+        full = f"{name}-{kind.lower()}-assignment"  # at most 253 - 32: room for "-<epoch>-<i>"
+        return full if len(full) <= 221 else f"{full[:210].rstrip('-.')}-{digest(full)}"
+
+    def ack(kind: str, name: str) -> str:
+        local = f"ack.{kind.lower()}.{name}"  # an annotation name part: at most 63 characters
+        return "apportion.dev/" + (local if len(local) <= 63 else f"{local[:52]}-{digest(local)}")
+
+    cases = [
+        {"kind": k, "name": n, "configMap": config_map(k, n), "ackAnnotation": ack(k, n)}
+        for k, n in NAMES
+    ]
+    write_json(HERE / "names.json", cases)
+
+
 if __name__ == "__main__":
     generate_tables()
     generate_keys()
+    generate_names()

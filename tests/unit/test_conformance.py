@@ -12,6 +12,7 @@ import pytest
 
 from apportion.api.assignment import (
     AssignmentFormatError,
+    ack_annotation_key,
     AssignmentTable,
     ConfigMapPayload,
     Incarnation,
@@ -19,6 +20,7 @@ from apportion.api.assignment import (
     decode_assignment,
     from_document,
 )
+from apportion.api.unitset import assignment_config_map
 from apportion.engine.keys import PURE_SCHEMES, SCHEMES
 from apportion.worker.state import WorkerState
 
@@ -104,6 +106,14 @@ def test_key_vectors(path: Path, schemes: dict[str, Any]) -> None:
         keys = [vector["key"]] * 2
         for count, unit in vector["units"].items():
             assert scheme.units(keys, int(count)).tolist() == [unit, unit], (vector["key"], count)
+
+
+def test_names() -> None:
+    cases = load(CONFORMANCE / "names.json")
+    assert any(len(c["ackAnnotation"]) == len("apportion.dev/") + 63 for c in cases)
+    for case in cases:
+        assert assignment_config_map(case["kind"], case["name"]) == case["configMap"]
+        assert ack_annotation_key(case["kind"], case["name"]) == case["ackAnnotation"]
 
 
 def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:

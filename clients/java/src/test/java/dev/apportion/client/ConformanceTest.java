@@ -185,6 +185,18 @@ class ConformanceTest {
     }
   }
 
+  @Test
+  void names() {
+    JsonNode cases = read(DIR.resolve("names.json"));
+    assertTrue(cases.size() > 4);
+    for (JsonNode c : cases) {
+      String kind = c.get("kind").asText();
+      String name = c.get("name").asText();
+      assertEquals(c.get("configMap").asText(), Names.assignmentConfigMap(kind, name));
+      assertEquals(c.get("ackAnnotation").asText(), Names.ackAnnotation(kind, name));
+    }
+  }
+
   @TestFactory
   Stream<DynamicTest> workerSequences() throws IOException {
     return files("worker").stream()
