@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds tutorial-pictures
+.PHONY: setup native-deps controlplane demo test unit e2e java bench lint crds tutorial-pictures
 
 setup: native-deps $(VENV)/.installed
 
@@ -27,14 +27,21 @@ controlplane: setup
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane
+test: controlplane java
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane
+e2e: controlplane java
 	$(BIN)/pytest tests/e2e
+
+# The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
+# cases (conformance/). Dependencies are cached in ~/.m2 (MAVEN_REPO overrides, e.g. a
+# repo-local cache for CI); the first run downloads them from Maven Central.
+MAVEN_REPO ?= $(HOME)/.m2/repository
+java:
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
 bench: setup
 	$(BIN)/python bench/run_all.py
