@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e java bench lint crds tutorial-pictures
+.PHONY: setup native-deps java-deps controlplane demo test unit e2e java bench lint crds tutorial-pictures
 
 setup: native-deps $(VENV)/.installed
 
@@ -40,7 +40,10 @@ e2e: controlplane java
 # cases (conformance/). Dependencies are cached in ~/.m2 (MAVEN_REPO overrides, e.g. a
 # repo-local cache for CI); the first run downloads them from Maven Central.
 MAVEN_REPO ?= $(HOME)/.m2/repository
-java:
+java-deps:
+	sh scripts/java-deps.sh
+
+java: java-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
 bench: setup
