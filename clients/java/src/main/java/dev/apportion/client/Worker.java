@@ -307,9 +307,9 @@ public final class Worker implements AutoCloseable {
         lock.notifyAll();
       }
     } catch (KubernetesClientException e) {
-      if (e.getCode() == 422 || e.getCode() == 404) {
-        // This pod incarnation is gone (deleted, or replaced under the same name): its deletion
-        // is the fence; it must not ack for its successor.
+      if (e.getCode() == 422 || e.getCode() == 409 || e.getCode() == 404) {
+        // This pod incarnation is gone (deleted, or replaced under the same name, whose uid the
+        // server refuses to change): its deletion is the fence; it must not ack for its successor.
         LOG.severe("pod " + podName + " uid " + uid + " is gone; no more acks: " + e.getMessage());
         synchronized (lock) {
           fenced = true;
