@@ -50,7 +50,7 @@ bench: setup
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff check operator tests bench conformance
 
 crds: setup
 	$(BIN)/apportion crds --output crds

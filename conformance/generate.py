@@ -38,8 +38,9 @@ COUNTS = [1, 2, 3, 7, 32, 1000, 2147483647]
 # ------------------------------------------------------------------------------------- tables
 
 
-def configmap(name: str, data: dict[str, str] | None = None, binary: dict[str, bytes] | None = None
-              ) -> dict[str, Any]:
+def configmap(
+    name: str, data: dict[str, str] | None = None, binary: dict[str, bytes] | None = None
+) -> dict[str, Any]:
     cm: dict[str, Any] = {"metadata": {"name": name}}
     if data:
         cm["data"] = data
@@ -113,11 +114,21 @@ def damaged(case_name: str, case: dict[str, Any]) -> dict[str, dict[str, Any]]:
     index, chunks = chunked(name, blob, case["document"]["epoch"])
     assert len(chunks) >= 3, "the damaged cases need a table of at least three chunks"
 
-    def variant(storage: str, error: str, root_index: dict[str, Any] | None,
-                parts: list[dict[str, Any]], **root_data: str) -> dict[str, Any]:
+    def variant(
+        storage: str,
+        error: str,
+        root_index: dict[str, Any] | None,
+        parts: list[dict[str, Any]],
+        **root_data: str,
+    ) -> dict[str, Any]:
         data = dict(root_data) or {"assignments.index.json": json.dumps(root_index)}
-        return {"case": case_name, "storage": storage, "name": name, "error": error,
-                "configmaps": [configmap(name, data=data), *parts]}
+        return {
+            "case": case_name,
+            "storage": storage,
+            "name": name,
+            "error": error,
+            "configmaps": [configmap(name, data=data), *parts],
+        }
 
     flipped = bytearray(blob[CHUNK_BYTES : 2 * CHUNK_BYTES])
     flipped[7] ^= 0x01
@@ -128,14 +139,22 @@ def damaged(case_name: str, case: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         "chunk-missing": variant("chunk-missing", "incomplete", index, [chunks[0], chunks[2]]),
         "chunk-checksum": variant(
-            "chunk-checksum", "incomplete", index,
-            [chunks[0], configmap(name + index["chunks"][1]["suffix"],
-                                  binary={"assignments.part": bytes(flipped)}), *chunks[2:]],
+            "chunk-checksum",
+            "incomplete",
+            index,
+            [
+                chunks[0],
+                configmap(
+                    name + index["chunks"][1]["suffix"], binary={"assignments.part": bytes(flipped)}
+                ),
+                *chunks[2:],
+            ],
         ),
         "total-checksum": variant("total-checksum", "incomplete", wrong_total, chunks),
         "truncated-gzip": variant("truncated-gzip", "format", short_index, short_chunks),
-        "unknown-encoding": variant("unknown-encoding", "format",
-                                    dict(index, encoding="zstd"), chunks),
+        "unknown-encoding": variant(
+            "unknown-encoding", "format", dict(index, encoding="zstd"), chunks
+        ),
         "no-table-key": variant("no-table-key", "format", None, [], **{"other.json": "{}"}),
     }
 
@@ -160,16 +179,44 @@ def generate_tables() -> None:
 # --------------------------------------------------------------------------------------- keys
 
 KEYS_PLAIN = [
-    "", "a", "abc", "order-1", "order-2", "customer-42", "user:1234567", "Grüße", "日本語のキー",
-    "🍕 pizza", "\ud800x", "x\udfff", "polygenelubricants", "x" * 15, "y" * 16, "z" * 17,
-    "m" * 128, "n" * 129, "o" * 240, "p" * 241, "q" * 1000,
+    "",
+    "a",
+    "abc",
+    "order-1",
+    "order-2",
+    "customer-42",
+    "user:1234567",
+    "Grüße",
+    "日本語のキー",
+    "🍕 pizza",
+    "\ud800x",
+    "x\udfff",
+    "polygenelubricants",
+    "x" * 15,
+    "y" * 16,
+    "z" * 17,
+    "m" * 128,
+    "n" * 129,
+    "o" * 240,
+    "p" * 241,
+    "q" * 1000,
 ]
 """Lengths around xxh3's 16/128/240-byte code paths; astral, unpaired-surrogate and non-Latin
 keys; "polygenelubricants", whose Java hashCode is Integer.MIN_VALUE."""
 
 KEYS_SUFFIX = [
-    "customer!7", "a!b!12", "x!4294967295", "x!4294967296", "!07", "k!0000000000000000000012",
-    "a!-1", "a!+1", "a!\u0663", "a!", "a!1 ", "!",
+    "customer!7",
+    "a!b!12",
+    "x!4294967295",
+    "x!4294967296",
+    "!07",
+    "k!0000000000000000000012",
+    "a!-1",
+    "a!+1",
+    "a!\u0663",
+    "a!",
+    "a!1 ",
+    "!",
 ]
 """The `!n` suffix rule: n an unsigned 32-bit decimal of ASCII digits after the last `!`."""
 
@@ -205,7 +252,8 @@ import java.nio.file.*;
 public class Akka {
   public static void main(String[] args) throws Exception {
     String[] lines = Files.readString(Path.of(args[0])).split("\\n");
-    int[] counts = java.util.Arrays.stream(args[1].split(",")).mapToInt(Integer::parseInt).toArray();
+    int[] counts =
+        java.util.Arrays.stream(args[1].split(",")).mapToInt(Integer::parseInt).toArray();
     StringBuilder out = new StringBuilder();
     for (String line : lines) {
       if (line.isEmpty()) continue;
@@ -236,9 +284,14 @@ def java_akka(keys: list[str]) -> list[tuple[int, list[int]]]:
         Path(tmp, "keys.txt").write_text("\n".join(lines) + "\n")
         out = subprocess.run(
             ["java", str(source), str(Path(tmp, "keys.txt")), ",".join(map(str, COUNTS))],
-            check=True, capture_output=True, text=True,
+            check=True,
+            capture_output=True,
+            text=True,
         ).stdout.split("\n")
-    return [(int(row[0]), [int(u) for u in row[1:]]) for row in (line.split() for line in out[: len(keys)])]
+    return [
+        (int(row[0]), [int(u) for u in row[1:]])
+        for row in (line.split() for line in out[: len(keys)])
+    ]
 
 
 def generate_keys() -> None:
@@ -262,16 +315,24 @@ def generate_keys() -> None:
 
     akka = java_akka(keys)
     schemes = {
-        "apportion": ("xxh3-64 of the UTF-8 bytes (xxhash, the reference C implementation), "
-                      "as 16 hex digits; unit (hash*count)>>64, or n % count for a `!n` suffix",
-                      vectors(lambda k: f"{xxhash.xxh3_64_intdigest(utf8(k)):016x}", xxh3_unit)),
-        "netherite": ("FNV-1a-32 of the UTF-8 bytes, as 8 hex digits; unit hash % count, or "
-                      "n % count for a `!n` suffix",
-                      vectors(lambda k: f"{fnv1a_32(utf8(k)):08x}", fnv_unit)),
-        "akka": ("Java String.hashCode (signed, decimal) and Math.abs(hashCode % count), both "
-                 "computed by the JVM",
-                 [{"key": k, "hash": h, "units": dict(zip(map(str, COUNTS), units, strict=True))}
-                  for k, (h, units) in zip(keys, akka, strict=True)]),
+        "apportion": (
+            "xxh3-64 of the UTF-8 bytes (xxhash, the reference C implementation), "
+            "as 16 hex digits; unit (hash*count)>>64, or n % count for a `!n` suffix",
+            vectors(lambda k: f"{xxhash.xxh3_64_intdigest(utf8(k)):016x}", xxh3_unit),
+        ),
+        "netherite": (
+            "FNV-1a-32 of the UTF-8 bytes, as 8 hex digits; unit hash % count, or "
+            "n % count for a `!n` suffix",
+            vectors(lambda k: f"{fnv1a_32(utf8(k)):08x}", fnv_unit),
+        ),
+        "akka": (
+            "Java String.hashCode (signed, decimal) and Math.abs(hashCode % count), both "
+            "computed by the JVM",
+            [
+                {"key": k, "hash": h, "units": dict(zip(map(str, COUNTS), units, strict=True))}
+                for k, (h, units) in zip(keys, akka, strict=True)
+            ],
+        ),
     }
     KEYS.mkdir(exist_ok=True)
     for name, (meaning, vecs) in schemes.items():

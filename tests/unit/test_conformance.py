@@ -11,12 +11,13 @@ from typing import Any
 import pytest
 
 from apportion.api.assignment import (
+    Ack,
     AssignmentFormatError,
-    ack_annotation_key,
     AssignmentTable,
     ConfigMapPayload,
     Incarnation,
     IncompleteAssignment,
+    ack_annotation_key,
     decode_assignment,
     from_document,
 )
@@ -117,26 +118,45 @@ def test_names() -> None:
 
 
 def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """Plays the case's steps against WorkerState, every callback returning at once; what each
-    step did, in the form of the cases' `expect` (conformance/README.md)."""
+    """Plays the case's steps against WorkerState; callbacks return at once unless the step
+    says `pause`, then they run until a later step completes (or fails) them. What each step
+    did, in the form of the cases' `expect` (conformance/README.md)."""
     me = Incarnation(case["me"]["name"], case["me"]["uid"])
     ref = case["set"]
     state = WorkerState(me, ref["kind"], ref["namespace"], ref["name"])
+    running: dict[str, list[str]] = {}  # unit -> callbacks started and not returned, in order
+    finish = {
+        "stop": lambda u: state.stopped({u}),
+        "release": lambda u: state.released({u}),
+        "acquire": lambda u: state.acquired({u}),
+        "fail": lambda u: state.acquired({u}, ok=False),
+    }
     results = []
     for step in case["steps"]:
         did: dict[str, Any] = {"stop": [], "release": [], "acquire": {}}
         if "table" in step:
             did["handled"] = state.receive(from_document(step["table"]))
-        else:
+        elif "found" in step:
+            state.ack_written(Ack.from_annotation(json.dumps(step["found"])))
+        elif "signal" in step:
             assert step["signal"] == "drain"
             state.start_draining()
+        for unit in step.get("complete", []):
+            for kind in running.pop(unit):
+                finish[kind](unit)
+        for unit in step.get("fail", []):
+            assert running.pop(unit) == ["acquire"]
+            finish["fail"](unit)
         while (transition := state.next_transition()) is not None:
             did["stop"] += sorted(transition.stop)
             did["release"] += sorted(transition.release)
             did["acquire"].update(transition.tokens)
-            state.stopped(transition.stop)
-            state.released(transition.release)
-            state.acquired(transition.acquire)
+            for kind in ("stop", "release", "acquire"):
+                for unit in getattr(transition, kind):
+                    if step.get("pause"):
+                        running.setdefault(unit, []).append(kind)
+                    else:
+                        finish[kind](unit)
         ack = state.ack_due()
         if ack is not None:
             state.ack_written(ack)
@@ -159,5 +179,9 @@ def test_worker_sequence(path: Path) -> None:
 
 def test_the_worker_cases_cover_the_rule() -> None:
     seen = {key for path in WORKER_CASES for r in run_worker(load(path)) for key in r if r[key]}
-    assert len(WORKER_CASES) >= 6
+    assert len(WORKER_CASES) >= 10
     assert {"stop", "release", "acquire", "ack", "drained"} <= seen
+    steps = [step for path in WORKER_CASES for step in load(path)["steps"]]
+    assert {"table", "signal", "found", "pause", "complete", "fail"} <= {
+        k for s in steps for k in s
+    }

@@ -203,21 +203,40 @@ class ConformanceTest {
         .map(path -> DynamicTest.dynamicTest(path.getFileName().toString(), () -> workerSequence(path)));
   }
 
+  /** Plays the case's steps against WorkerState; callbacks return at once unless the step says
+   * {@code pause}, then they run until a later step completes (or fails) them. */
   static void workerSequence(Path path) throws AssignmentFormatException {
     JsonNode c = read(path);
     Incarnation me = new Incarnation(c.get("me").get("name").asText(), c.get("me").get("uid").asText());
     JsonNode set = c.get("set");
     WorkerState state =
         new WorkerState(me, set.get("kind").asText(), set.get("namespace").asText(), set.get("name").asText());
+    Map<String, List<String>> running = new HashMap<>(); // unit -> callbacks not returned, in order
+    Map<String, java.util.function.Consumer<String>> finish =
+        Map.of(
+            "stop", u -> state.stopped(Set.of(u)),
+            "release", u -> state.released(Set.of(u)),
+            "acquire", u -> state.acquired(Set.of(u), true),
+            "fail", u -> state.acquired(Set.of(u), false));
     int number = 0;
     for (JsonNode step : c.get("steps")) {
       ObjectNode did = JSON.createObjectNode();
       if (step.has("table")) {
         did.put("handled", state.receive(AssignmentCodec.fromDocument(step.get("table"))));
-      } else {
+      } else if (step.has("found")) {
+        state.ackWritten(Ack.fromAnnotation(step.get("found").toString()));
+      } else if (step.has("signal")) {
         assertEquals("drain", step.get("signal").asText());
         state.startDraining();
       }
+      for (JsonNode unit : step.path("complete")) {
+        running.remove(unit.asText()).forEach(kind -> finish.get(kind).accept(unit.asText()));
+      }
+      for (JsonNode unit : step.path("fail")) {
+        assertEquals(List.of("acquire"), running.remove(unit.asText()));
+        finish.get("fail").accept(unit.asText());
+      }
+      boolean pause = step.path("pause").asBoolean(false);
       TreeSet<String> stop = new TreeSet<>(Units.ORDER);
       TreeSet<String> release = new TreeSet<>(Units.ORDER);
       TreeMap<String, Long> acquire = new TreeMap<>(Units.ORDER);
@@ -226,9 +245,17 @@ class ConformanceTest {
         stop.addAll(t.stop());
         release.addAll(t.release());
         acquire.putAll(t.tokens());
-        state.stopped(t.stop());
-        state.released(t.release());
-        state.acquired(t.acquire(), true);
+        Map<String, Set<String>> started =
+            new java.util.LinkedHashMap<>(Map.of("stop", t.stop(), "release", t.release(), "acquire", t.acquire()));
+        for (String kind : List.of("stop", "release", "acquire")) {
+          for (String unit : started.get(kind)) {
+            if (pause) {
+              running.computeIfAbsent(unit, u -> new ArrayList<>()).add(kind);
+            } else {
+              finish.get(kind).accept(unit);
+            }
+          }
+        }
       }
       Ack ack = state.ackDue();
       if (ack != null) {
