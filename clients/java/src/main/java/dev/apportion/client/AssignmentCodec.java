@@ -14,7 +14,6 @@ import java.util.Base64;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.HexFormat;
-import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -158,8 +157,7 @@ public final class AssignmentCodec {
     if (!keys.equals(unitNames)) {
       throw new AssignmentFormatException("unitEpochs must have exactly the keys of units");
     }
-    for (Iterator<Map.Entry<String, JsonNode>> it = units.fields(); it.hasNext(); ) {
-      Map.Entry<String, JsonNode> e = it.next();
+    for (Map.Entry<String, JsonNode> e : units.properties()) {
       String unit = e.getKey();
       JsonNode owner = e.getValue();
       owners.put(unit, owner.isNull() ? null : Json.string(owner, "units[" + unit + "]"));
@@ -207,8 +205,7 @@ public final class AssignmentCodec {
   private static Map<String, Release> releases(JsonNode doc, Map<String, String> owners)
       throws AssignmentFormatException {
     Map<String, Release> releases = new HashMap<>();
-    for (Iterator<Map.Entry<String, JsonNode>> it = doc.fields(); it.hasNext(); ) {
-      Map.Entry<String, JsonNode> e = it.next();
+    for (Map.Entry<String, JsonNode> e : doc.properties()) {
       String unit = e.getKey();
       String path = "releasing[" + unit + "]";
       JsonNode entry = Json.object(e.getValue(), path);

@@ -62,7 +62,7 @@ class ConformanceTest {
   static Map<String, String> strings(JsonNode object) {
     Map<String, String> map = new HashMap<>();
     if (object != null) {
-      object.fields().forEachRemaining(e -> map.put(e.getKey(), e.getValue().asText()));
+      object.properties().forEach(e -> map.put(e.getKey(), e.getValue().asText()));
     }
     return map;
   }
@@ -175,8 +175,8 @@ class ConformanceTest {
         case AKKA -> assertEquals(Integer.parseInt(hash), key.hashCode(), key);
       }
       v.get("units")
-          .fields()
-          .forEachRemaining(
+          .properties()
+          .forEach(
               e ->
                   assertEquals(
                       e.getValue().asInt(),
