@@ -230,7 +230,7 @@ def test_java_worker_cannot_ack_for_a_newer_pod_of_its_name(
     java = start_java("w0")
     wait_for(lambda: java.saw("acquire", ["0"], 1), message="no acquire of epoch 1")
 
-    kubectl("delete", "pod", "w0", "-n", namespace, "--wait=true", "--timeout=60s")
+    kubectl("delete", "pod", "w0", "-n", namespace, "--grace-period=1", "--timeout=60s")
     new = create_pod(kubectl, namespace, "w0")
     assert new != old
     # A table that still records the old incarnation and asks it to release: the old process
