@@ -130,10 +130,11 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
         "release": lambda u: state.released({u}),
         "acquire": lambda u: state.acquired({u}),
         "fail": lambda u: state.acquired({u}, ok=False),
+        "reshard": lambda u: state.resharded({u}),
     }
     results = []
     for step in case["steps"]:
-        did: dict[str, Any] = {"stop": [], "release": [], "acquire": {}}
+        did: dict[str, Any] = {"stop": [], "release": [], "acquire": {}, "reshape": None}
         if "table" in step:
             did["handled"] = state.receive(from_document(step["table"]))
         elif "found" in step:
@@ -151,8 +152,21 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
             did["stop"] += sorted(transition.stop)
             did["release"] += sorted(transition.release)
             did["acquire"].update(transition.tokens)
-            for kind in ("stop", "release", "acquire"):
-                for unit in getattr(transition, kind):
+            carried: dict[str, Any] = {}
+            if transition.resharding is not None and transition.resharding.carried:
+                carried = dict(transition.resharding.carried)
+                did["reshape"] = {
+                    "carried": {u: list(parents) for u, parents in carried.items()},
+                    "load": {u: list(ps) for u, ps in transition.resharding.load.items()},
+                }
+            started = {
+                "stop": transition.stop,
+                "reshard": carried,
+                "release": transition.release,
+                "acquire": transition.acquire,
+            }
+            for kind, units in started.items():
+                for unit in units:
                     if step.get("pause"):
                         running.setdefault(unit, []).append(kind)
                     else:
@@ -173,14 +187,14 @@ def test_worker_sequence(path: Path) -> None:
     case = load(path)
     results = run_worker(case)
     for number, (step, did) in enumerate(zip(case["steps"], results, strict=True)):
-        expected = {"stop": [], "release": [], "acquire": {}, **step["expect"]}
+        expected = {"stop": [], "release": [], "acquire": {}, "reshape": None, **step["expect"]}
         assert {k: did[k] for k in expected} == expected, f"step {number}: {step.get('why')}"
 
 
 def test_the_worker_cases_cover_the_rule() -> None:
     seen = {key for path in WORKER_CASES for r in run_worker(load(path)) for key in r if r[key]}
     assert len(WORKER_CASES) >= 10
-    assert {"stop", "release", "acquire", "ack", "drained"} <= seen
+    assert {"stop", "release", "acquire", "reshape", "ack", "drained"} <= seen
     steps = [step for path in WORKER_CASES for step in load(path)["steps"]]
     assert {"table", "signal", "found", "pause", "complete", "fail"} <= {
         k for s in steps for k in s

@@ -57,6 +57,25 @@ public final class Worker implements AutoCloseable {
     default void onRevoke(Set<String> units, long epoch) throws Exception {
       onRelease(units, epoch);
     }
+
+    /**
+     * The unit count grew (keyScheme apportion, docs/resharding.md): cut the parent's in-memory
+     * state into the children, in place. Not overridden (or throwing): the parents are revoked
+     * and the children acquired afresh through onAcquire.
+     */
+    default void onSplit(UnitRange parent, List<UnitRange> children, long epoch) throws Exception {
+      throw new UnsupportedOperationException("no split callback");
+    }
+
+    /**
+     * The unit count shrank: join the state of the {@code held} siblings into {@code merged},
+     * loading the {@code missing} ones as an acquire would. Not overridden (or throwing): as for
+     * onSplit.
+     */
+    default void onMerge(UnitRange merged, List<UnitRange> held, List<UnitRange> missing, long epoch)
+        throws Exception {
+      throw new UnsupportedOperationException("no merge callback");
+    }
   }
 
   private final KubernetesClient client;
@@ -249,6 +268,9 @@ public final class Worker implements AutoCloseable {
         state.stopped(t.stop());
       }
     }
+    if (t.resharding() != null) {
+      reshard(t.resharding(), t.epoch());
+    }
     if (!t.release().isEmpty()) {
       call("onRelease", () -> callbacks.onRelease(t.release(), t.epoch()));
       synchronized (lock) {
@@ -263,6 +285,39 @@ public final class Worker implements AutoCloseable {
       synchronized (lock) {
         state.acquired(t.acquire(), ok);
       }
+    }
+  }
+
+  private void reshard(Resharding change, long epoch) {
+    Set<String> units = change.carried().keySet();
+    boolean ok = true;
+    try {
+      if (change.split()) {
+        for (Map.Entry<UnitRange, List<UnitRange>> e : change.splits().entrySet()) {
+          callbacks.onSplit(e.getKey(), e.getValue(), epoch);
+        }
+      } else {
+        for (Resharding.Merge m : change.merges()) {
+          callbacks.onMerge(m.merged(), m.held(), m.missing(), epoch);
+        }
+      }
+    } catch (UnsupportedOperationException e) {
+      ok = false;
+      LOG.info("resharding " + change.fromCount() + " -> " + change.toCount() + ": " + e.getMessage()
+          + "; acquiring afresh");
+    } catch (Exception e) {
+      ok = false;
+      LOG.log(Level.WARNING, "resharding " + change.fromCount() + " -> " + change.toCount()
+          + " failed; acquiring afresh", e);
+    }
+    if (!ok) {
+      // Acquire afresh: the old units' state goes, the new units come through onAcquire.
+      Set<String> old = new java.util.TreeSet<>(Units.ORDER);
+      change.carried().values().forEach(old::addAll);
+      call("onRevoke", () -> callbacks.onRevoke(old, epoch));
+    }
+    synchronized (lock) {
+      state.resharded(units, ok);
     }
   }
 

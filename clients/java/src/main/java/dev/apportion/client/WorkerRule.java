@@ -1,6 +1,9 @@
 package dev.apportion.client;
 
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 
@@ -84,6 +87,70 @@ public final class WorkerRule {
     Set<String> stop = new HashSet<>(serving.keySet());
     stop.removeAll(stay);
     return new Plan(acquire, release, stop);
+  }
+
+  /**
+   * What a worker does with its in-memory state when a table changes the count it serves.
+   *
+   * @param carried new unit → the old units whose state it takes over in place
+   * @param load new unit → old units to load as an acquire would (merge siblings not held here)
+   * @param dropped old units served whose state goes nowhere: stop them
+   * @param serving the serving map in the new count's unit names
+   */
+  public record Reshape(
+      Map<String, List<String>> carried,
+      Map<String, List<String>> load,
+      Set<String> dropped,
+      Map<String, Long> serving) {}
+
+  /**
+   * The resharding rule (apportion.engine.reshard.reshape), before {@link #plan}, for a table
+   * whose count differs from {@code viewCount}, the count of the last table handled; null when
+   * it does not. A new unit takes over state only if it is mine still under the token the
+   * resharding gave it, and only from parents served under exactly the token they had just
+   * before it; anything else is dropped and acquired afresh.
+   */
+  public static Reshape reshape(
+      AssignmentTable table, Incarnation me, int viewCount, Map<String, Long> serving) {
+    if (table.count() == viewCount) {
+      return null;
+    }
+    Lineage lineage = table.lineage();
+    if (lineage == null || lineage.fromCount() != viewCount) {
+      return new Reshape(Map.of(), Map.of(), Set.copyOf(serving.keySet()), Map.of());
+    }
+    Map<String, List<String>> carried = new HashMap<>();
+    Map<String, List<String>> load = new HashMap<>();
+    Map<String, Long> next = new HashMap<>();
+    Set<String> used = new HashSet<>();
+    int factor = Math.max(lineage.fromCount(), lineage.toCount())
+        / Math.min(lineage.fromCount(), lineage.toCount());
+    boolean split = lineage.toCount() > lineage.fromCount();
+    for (int unit = 0; unit < lineage.toCount(); unit++) {
+      String name = Integer.toString(unit);
+      if (!isOwner(table, me, name) || table.units().get(name).epoch() != lineage.epoch()) {
+        continue;
+      }
+      int first = split ? unit / factor : unit * factor;
+      List<String> mine = new ArrayList<>();
+      List<String> missing = new ArrayList<>();
+      for (int parent = first; parent < first + (split ? 1 : factor); parent++) {
+        String p = Integer.toString(parent);
+        Long token = serving.get(p);
+        (token != null && token.equals(lineage.parentEpochs().get(parent)) ? mine : missing).add(p);
+      }
+      if (!mine.isEmpty()) {
+        carried.put(name, mine);
+        used.addAll(mine);
+        next.put(name, lineage.epoch());
+        if (!missing.isEmpty()) {
+          load.put(name, missing);
+        }
+      }
+    }
+    Set<String> dropped = new HashSet<>(serving.keySet());
+    dropped.removeAll(used);
+    return new Reshape(carried, load, dropped, next);
   }
 
   /** The ack to write after handling {@code table}: every unit it marks releasing from {@code

@@ -7,8 +7,7 @@ import java.util.Set;
 
 /**
  * One worker process's view of one PartitionSet or ShardSet (pure, no I/O, not thread-safe):
- * the Java twin of apportion.worker.state.WorkerState, less resharding (a changed count changes
- * every token, so the rule stops the old units and acquires the new ones afresh).
+ * the Java twin of apportion.worker.state.WorkerState.
  *
  * <p>{@code view}: the newest table received; {@code held}: unit → token of every unit this
  * process serves or is finishing; {@code busy}: units whose callback is running, left out of
@@ -19,9 +18,17 @@ public final class WorkerState {
   /** Token of units held under an earlier incarnation of the set: matches no unit epoch. */
   private static final long FOREIGN_TOKEN = -1;
 
-  /** Callbacks due now, all under the view of {@code epoch}: run {@code stop} first. */
+  /**
+   * Callbacks due now, all under the view of {@code epoch}: run {@code stop} first, then the
+   * split or merge of {@code resharding} (null: none), then releases and acquisitions.
+   */
   public record Transition(
-      long epoch, Set<String> acquire, Set<String> release, Set<String> stop, Map<String, Long> tokens) {
+      long epoch,
+      Set<String> acquire,
+      Set<String> release,
+      Set<String> stop,
+      Map<String, Long> tokens,
+      Resharding resharding) {
     public Transition {
       acquire = Set.copyOf(acquire);
       release = Set.copyOf(release);
@@ -35,7 +42,9 @@ public final class WorkerState {
   private final String namespace;
   private final String name;
   private AssignmentTable view;
-  private final Map<String, Long> held = new HashMap<>();
+  private Map<String, Long> held = new HashMap<>();
+  /** The unit count {@code held} is named in (null before the first table). */
+  private Integer heldCount;
   private final Set<String> busy = new HashSet<>();
   private boolean draining;
   private Ack written;
@@ -85,6 +94,12 @@ public final class WorkerState {
     if (view == null) {
       return null;
     }
+    if (heldCount == null || heldCount != view.count()) {
+      if (!busy.isEmpty()) {
+        return null; // reshape only between callbacks: held must be settled
+      }
+      return reshape();
+    }
     WorkerRule.Plan plan = WorkerRule.plan(view, me, held);
     Set<String> stop = without(plan.stop(), busy);
     Set<String> release = without(plan.release(), busy);
@@ -101,7 +116,31 @@ public final class WorkerState {
     busy.addAll(stop);
     busy.addAll(release);
     busy.addAll(acquire);
-    return new Transition(view.epoch(), acquire, release, stop, tokens);
+    return new Transition(view.epoch(), acquire, release, stop, tokens, null);
+  }
+
+  /** The count changed: carry what the resharding rule allows, stop the rest (the next
+   * transition acquires afresh whatever is left). */
+  private Transition reshape() {
+    Integer previous = heldCount;
+    WorkerRule.Reshape change =
+        previous == null ? null : WorkerRule.reshape(view, me, previous, held);
+    heldCount = view.count();
+    if (change == null) {
+      return nextTransition();
+    }
+    held = new HashMap<>(change.serving());
+    busy.addAll(change.serving().keySet());
+    Resharding resharding =
+        new Resharding(previous, view.count(), change.carried(), change.load());
+    return new Transition(
+        view.epoch(), Set.of(), Set.of(), change.dropped(), Map.of(), resharding);
+  }
+
+  /** The split or merge callbacks returned ({@code ok}) or threw: then the units are dropped and
+   * the next transition acquires them afresh. */
+  public void resharded(Set<String> units, boolean ok) {
+    acquired(units, ok);
   }
 
   private static Set<String> without(Set<String> units, Set<String> busy) {

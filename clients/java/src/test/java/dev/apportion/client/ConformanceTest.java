@@ -174,6 +174,14 @@ class ConformanceTest {
         case NETHERITE -> assertEquals(hash, String.format("%08x", KeyScheme.fnv1a32(KeyScheme.utf8(key))), key);
         case AKKA -> assertEquals(Integer.parseInt(hash), key.hashCode(), key);
       }
+      if (scheme == KeyScheme.APPORTION && KeyScheme.suffixIndex(key) < 0) {
+        // The unit's hash range (resharding callbacks get it) holds the key's hash.
+        java.math.BigInteger h = new java.math.BigInteger(hash, 16);
+        for (Map.Entry<String, JsonNode> e : v.get("units").properties()) {
+          UnitRange range = UnitRange.of(e.getValue().asText(), Integer.parseInt(e.getKey()));
+          assertTrue(range.lo().compareTo(h) <= 0 && h.compareTo(range.hi()) < 0, key + " in " + range);
+        }
+      }
       v.get("units")
           .properties()
           .forEach(
@@ -217,10 +225,12 @@ class ConformanceTest {
             "stop", u -> state.stopped(Set.of(u)),
             "release", u -> state.released(Set.of(u)),
             "acquire", u -> state.acquired(Set.of(u), true),
-            "fail", u -> state.acquired(Set.of(u), false));
+            "fail", u -> state.acquired(Set.of(u), false),
+            "reshard", u -> state.resharded(Set.of(u), true));
     int number = 0;
     for (JsonNode step : c.get("steps")) {
       ObjectNode did = JSON.createObjectNode();
+      did.putNull("reshape");
       if (step.has("table")) {
         did.put("handled", state.receive(AssignmentCodec.fromDocument(step.get("table"))));
       } else if (step.has("found")) {
@@ -245,9 +255,16 @@ class ConformanceTest {
         stop.addAll(t.stop());
         release.addAll(t.release());
         acquire.putAll(t.tokens());
+        Set<String> carried = Set.of();
+        if (t.resharding() != null && !t.resharding().carried().isEmpty()) {
+          carried = t.resharding().carried().keySet();
+          ObjectNode reshape = did.putObject("reshape");
+          reshape.set("carried", JSON.valueToTree(new TreeMap<>(t.resharding().carried())));
+          reshape.set("load", JSON.valueToTree(new TreeMap<>(t.resharding().load())));
+        }
         Map<String, Set<String>> started =
-            new java.util.LinkedHashMap<>(Map.of("stop", t.stop(), "release", t.release(), "acquire", t.acquire()));
-        for (String kind : List.of("stop", "release", "acquire")) {
+            Map.of("stop", t.stop(), "reshard", carried, "release", t.release(), "acquire", t.acquire());
+        for (String kind : List.of("stop", "reshard", "release", "acquire")) {
           for (String unit : started.get(kind)) {
             if (pause) {
               running.computeIfAbsent(unit, u -> new ArrayList<>()).add(kind);
@@ -277,6 +294,7 @@ class ConformanceTest {
       expected.putArray("stop");
       expected.putArray("release");
       expected.putObject("acquire");
+      expected.putNull("reshape");
       expected.setAll((ObjectNode) step.get("expect"));
       ObjectNode actual = JSON.createObjectNode();
       expected.fieldNames().forEachRemaining(k -> actual.set(k, did.get(k)));
