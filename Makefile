@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps node-deps controlplane image demo test unit e2e bench lint crds tutorial-pictures
+.PHONY: setup native-deps node-deps java-deps controlplane image demo test unit e2e java bench lint \
+	crds tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -37,20 +38,30 @@ image: setup
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane
+test: controlplane java
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane
+e2e: controlplane java
 	$(BIN)/pytest tests/e2e
+
+# The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
+# cases (conformance/). Dependencies are cached in ~/.m2 (MAVEN_REPO overrides, e.g. a
+# repo-local cache for CI); the first run downloads them from Maven Central.
+MAVEN_REPO ?= $(HOME)/.m2/repository
+java-deps:
+	sh scripts/java-deps.sh
+
+java: java-deps
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
 bench: setup
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff check operator tests bench conformance
 
 crds: setup
 	$(BIN)/apportion crds --output crds
