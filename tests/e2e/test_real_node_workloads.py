@@ -231,6 +231,10 @@ def test_demo_workers_follow_the_placement_as_containers_and_hand_off_on_sigterm
         # through hand-offs before it exits.
         cluster.kubectl("scale", "-n", namespace, "statefulset/demo-workers", "--replicas=3")
         wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced on 3 pods")
+        wait_for(
+            lambda: len(_pods(cluster, namespace, "app=demo-workers")) == 3,
+            message="demo-workers-3 never went (it exits once drained)",
+        )
         served = _served_by_pod(cluster, namespace)
         assert set(served) == {f"demo-workers-{i}" for i in range(3)}
         assert sorted(u for units in served.values() for u in units) == sorted(
@@ -262,3 +266,84 @@ def _served_by_pod(cluster: DevCluster, namespace: str) -> dict[str, list[str]]:
         )
         served[name] = list(json.loads(answer.stdout)["units"])
     return served
+
+
+# Placed by count, a fresh set deals partition u to the (u mod 4)-th pod: these three start on
+# one pod, and only their measured CPU can move two of them away.
+HOT_UNITS = ("0", "4", "8")
+
+
+def burning_sample() -> str:
+    """The PartitionSet sample with workers that spend real CPU on their partitions: 150
+    millicores on each hot one, 3 on each other, reported as measured CPU per unit;
+    and the operator reading pod CPU from metrics.k8s.io (the workers request CPU, so a pod's
+    usage has a percentage)."""
+    documents = list(yaml.safe_load_all(sample("partitionset-demo.yaml")))
+    for document in documents:
+        if document["kind"] == "StatefulSet":
+            (container,) = document["spec"]["template"]["spec"]["containers"]
+            command = container["command"]
+            profile = ",".join(f"{u}=6" for u in HOT_UNITS) + ",*=0.12"
+            command[command.index("--load-profile") + 1] = f"units:{profile}"
+            command += ["--burn-cpu", "25"]
+            container["resources"] = {"requests": {"cpu": "100m"}}
+        if document["kind"] == "PartitionSet":
+            document["spec"]["metrics"]["podMetrics"] = True
+    return yaml.safe_dump_all(documents)
+
+
+def test_balanced_moves_partitions_for_the_cpu_they_really_cost(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    cluster = installed_operator
+    namespace = f"burn-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=burning_sample())
+        owners_seen: list[dict[str, str]] = []
+        last_status: list[dict[str, Any]] = []
+
+        def hot_units_spread_by_measured_load() -> dict[str, Any] | None:
+            pset = _assignment(cluster, namespace, "partitionset", "demo")
+            status = pset.get("status", {})
+            table = cluster.kubectl(
+                "get",
+                "configmap",
+                "demo-partitionset-assignment",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.data.assignments\\.json}",
+                check=False,
+            ).stdout
+            if not table:
+                return None
+            units = json.loads(table)["units"]
+            owners_seen.append({u: units.get(u, "") for u in HOT_UNITS})
+            spread = len({units.get(u) for u in HOT_UNITS}) == len(HOT_UNITS)
+            last_status[:] = [status]
+            measured = status.get("metricsSource") == "PodMetricsAndWorkerLoad"
+            settled = _condition(pset, "Balanced") == "True" and status.get("members") == 4
+            return status if spread and measured and settled else None
+
+        try:
+            status = wait_for(hot_units_spread_by_measured_load, timeout=240)
+        except pytest.fail.Exception:
+            pytest.fail(
+                "the hot partitions never ended on different pods by measured CPU: "
+                f"{owners_seen[-1:]} {json.dumps(last_status)[:3000]}"
+            )
+        # The load the operator balanced is the CPU the workers measured: the pods holding a hot
+        # partition carry more than any other.
+        loads = {row["member"]: float(row.get("load") or 0) for row in status["memberUnits"]}
+        hot_owners = set(owners_seen[-1].values())
+        cool = [load for pod, load in loads.items() if pod not in hot_owners]
+        assert min(loads[pod] for pod in hot_owners) > max(cool), loads
+        top = cluster.kubectl("top", "pods", "-n", namespace, "--no-headers").stdout
+        assert len(top.splitlines()) == 4  # metrics-server measures every worker
+        # ...and they got there by moving: at first, by count, they shared a pod.
+        assert any(len(set(owners.values())) < len(HOT_UNITS) for owners in owners_seen), (
+            owners_seen[:3]
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
