@@ -25,6 +25,7 @@ from apportion.api.assignment import (
     decode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
+from apportion.devcluster.net import free_port, http_get
 
 API = "apportion.dev/v1alpha1"
 
@@ -44,7 +45,9 @@ class Operator:
     ) -> None:
         self.log = log
         self.identity = identity
+        self.metrics_port = free_port()
         args = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
+        args += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
         if peering:
             args += ["--peering", peering, "--priority", str(priority)]
         env = {**dev_cluster.env, "POD_NAME": identity, "POD_ID": identity}
@@ -69,6 +72,11 @@ class Operator:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def metrics(self) -> str:
+        """The operator's /metrics exposition ("" while it does not answer)."""
+        code, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        return body if code == 200 else ""
 
 
 def apply(kubectl: Callable[..., Any], namespace: str, *objects: dict[str, Any]) -> None:
