@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds tutorial-pictures
+.PHONY: setup native-deps controlplane tools demo test unit e2e bench lint crds monitoring \
+	tutorial-pictures
 
 setup: native-deps $(VENV)/.installed
 
@@ -24,16 +25,20 @@ $(VENV)/.installed: pyproject.toml operator/apportion/engine/_keys.c | native-de
 controlplane: setup
 	$(BIN)/apportion dev-cluster build
 
+# Builds the Go tools the tests run (promtool) once per version into ~/.cache/apportion/tools.
+tools: setup
+	$(BIN)/apportion dev-cluster tools
+
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane
+test: controlplane tools
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane
+e2e: controlplane tools
 	$(BIN)/pytest tests/e2e
 
 bench: setup
@@ -44,6 +49,10 @@ lint: setup
 
 crds: setup
 	$(BIN)/apportion crds --output crds
+
+# manifests/monitoring/prometheusrule.yaml from manifests/monitoring/rules.yaml.
+monitoring: setup
+	$(BIN)/python scripts/prometheus_rule.py
 
 # The pictures of docs/tutorial.md: the simulator's per-pod load over the tutorial's scenarios,
 # on the demo's fleet (32 partitions, 4 pods). Seeded: the same command draws the same pictures.

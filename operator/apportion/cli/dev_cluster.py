@@ -1,6 +1,7 @@
 """`apportion dev-cluster`: a real Kubernetes control plane on loopback, built from Go modules.
 
 build       build etcd, kube-apiserver, kube-controller-manager and kubectl (once per version)
+tools       build the Go tools the tests run (promtool; once per version)
 start       start a cluster that keeps running after the command returns
 stop        stop it and delete its state
 status      show whether it runs and where its kubeconfig is
@@ -25,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("build", help="build the control-plane binaries if they are not cached")
+    actions.add_parser("tools", help="build the test tools (promtool) if they are not cached")
     state_dir_help = (
         "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
         "dev-cluster)"
@@ -56,6 +58,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "build":
             print(ensure_built())
+            return 0
+        if args.action == "tools":
+            from apportion.devcluster.tools import TOOLS, ensure_tool
+
+            for name in TOOLS:
+                print(ensure_tool(name))
             return 0
         if args.action == "run":
             return _run_command(args.command)
