@@ -64,7 +64,9 @@ PLAN_DURATION = Histogram(
     buckets=_PASS_BUCKETS,
 )
 MOVES_PLANNED = Counter(
-    "apportion_operator_moves_planned_total", "Unit moves the strategy planned, over passes.", SET_LABELS
+    "apportion_operator_moves_planned_total",
+    "Unit moves the strategy planned, over passes.",
+    SET_LABELS,
 )
 MOVES_KEPT = Counter(
     "apportion_operator_moves_kept_total", "Planned unit moves a pass made (started).", SET_LABELS
@@ -75,7 +77,9 @@ MOVES_HELD = Counter(
     SET_LABELS,
 )
 HANDOFFS_STARTED = Counter(
-    "apportion_operator_handoffs_started_total", "Units whose hand-off to another member began.", SET_LABELS
+    "apportion_operator_handoffs_started_total",
+    "Units whose hand-off to another member began.",
+    SET_LABELS,
 )
 HANDOFFS_ENDED = Counter(
     "apportion_operator_handoffs_ended_total",
@@ -89,13 +93,17 @@ HANDOFF_DURATION = Histogram(
     (*SET_LABELS, "outcome"),
     buckets=_HANDOFF_BUCKETS,
 )
-TABLE_EPOCH = Gauge("apportion_operator_table_epoch", "Epoch of the published assignment table.", SET_LABELS)
+TABLE_EPOCH = Gauge(
+    "apportion_operator_table_epoch", "Epoch of the published assignment table.", SET_LABELS
+)
 TABLE_SIZE = Gauge(
     "apportion_operator_table_size_bytes",
     "Bytes of the published table's ConfigMaps (data and binaryData as sent).",
     SET_LABELS,
 )
-UNITS = Gauge("apportion_operator_units", "Units of the set (its partition or shard count).", SET_LABELS)
+UNITS = Gauge(
+    "apportion_operator_units", "Units of the set (its partition or shard count).", SET_LABELS
+)
 UNITS_UNOWNED = Gauge(
     "apportion_operator_units_unowned",
     "Units no live member owns: nobody serves them.",
