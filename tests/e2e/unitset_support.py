@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -77,6 +78,15 @@ class Operator:
         """The operator's /metrics exposition ("" while it does not answer)."""
         code, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
         return body if code == 200 else ""
+
+    def samples(self, name: str) -> list[float]:
+        """Values of every sample called `name` on /metrics, as a scraper parses them."""
+        return [
+            sample.value
+            for family in text_string_to_metric_families(self.metrics())
+            for sample in family.samples
+            if sample.name == name
+        ]
 
 
 def apply(kubectl: Callable[..., Any], namespace: str, *objects: dict[str, Any]) -> None:
