@@ -47,6 +47,9 @@ def test_metrics_pass_promtool_and_describe_the_set(
         "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
     }
     apply(kubectl, namespace, unit_set("PartitionSet", "m", spec))
+    # A GrainType beside it, selecting nobody: its passes are counted under its own kind.
+    grains = {"selector": {"matchLabels": {"app": "nobody"}}}
+    apply(kubectl, namespace, unit_set("GrainType", "g", grains))
     kubectl("wait", "-n", namespace, "--for=condition=Balanced", "pset/m", "--timeout=60s")
     # A third worker: one unit of each of the first two moves to it through a hand-off.
     kubectl("scale", "-n", namespace, "statefulset/mw", "--replicas=3")
@@ -103,3 +106,9 @@ def test_metrics_pass_promtool_and_describe_the_set(
     assert ended == {"completed": 2}
     durations = samples["apportion_operator_handoff_duration_seconds_count"]
     assert [(s.labels["outcome"], s.value) for s in durations] == [("completed", 2)]
+    grain_passes = [
+        s
+        for s in operator.samples_of("apportion_operator_passes_total")
+        if s.labels["kind"] == "GrainType" and s.labels["namespace"] == namespace
+    ]
+    assert grain_passes and all(s.labels["set"] == "g" for s in grain_passes)

@@ -79,14 +79,18 @@ class Operator:
         code, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
         return body if code == 200 else ""
 
-    def samples(self, name: str) -> list[float]:
-        """Values of every sample called `name` on /metrics, as a scraper parses them."""
+    def samples_of(self, name: str) -> list[Any]:
+        """Every sample called `name` on /metrics, as a scraper parses them."""
         return [
-            sample.value
+            sample
             for family in text_string_to_metric_families(self.metrics())
             for sample in family.samples
             if sample.name == name
         ]
+
+    def samples(self, name: str) -> list[float]:
+        """Values of every sample called `name` on /metrics."""
+        return [sample.value for sample in self.samples_of(name)]
 
 
 def apply(kubectl: Callable[..., Any], namespace: str, *objects: dict[str, Any]) -> None:
