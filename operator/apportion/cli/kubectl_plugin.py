@@ -255,6 +255,14 @@ async def run_plan(args: argparse.Namespace) -> int:
     )
     name = live.body["metadata"]["name"]
     print(f"{live.kind} {name}: epoch {live.table.epoch}, {len(views)} member(s)")
+    if spec.metrics.scrape is not None:
+        # Workers' /metrics are often not reachable from here (the API server's pod proxy
+        # refuses loopback pod IPs, as on the dev-cluster), and the operator's smoothed
+        # per-unit loads live only in its memory.
+        print(
+            "note: this set balances by load; plan does not scrape workers and plans on unit "
+            "counts, so the operator's next pass may differ"
+        )
     for problem in result.problems:
         print(f"problem: {problem.reason}: {problem.message}")
     if result.decision is None:
