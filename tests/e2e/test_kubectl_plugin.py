@@ -30,7 +30,7 @@ def plugin_runner(dev_cluster, namespace: str) -> Callable[..., str]:
     env = dict(dev_cluster.env)
     env["PATH"] = os.pathsep.join([env["PATH"], str(Path(sys.executable).parent)])
 
-    def run(*args: str) -> str:
+    def run(*args: str, status: int = 0) -> str:
         done = subprocess.run(
             ["kubectl", "apportion", "-n", namespace, *args],
             env=env,
@@ -38,8 +38,8 @@ def plugin_runner(dev_cluster, namespace: str) -> Callable[..., str]:
             text=True,
             timeout=60,
         )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+        assert done.returncode == status, done.stdout + done.stderr
+        return done.stdout + done.stderr
 
     return run
 
@@ -75,6 +75,9 @@ def test_locate_top_drain_uncordon_history_and_plan(
     top = plugin("top", "k")
     assert top.splitlines()[0].split() == ["POD", "UNITS", "LOAD", "SHARE"]
     assert sorted(rows(top)) == [[f"kw-{i}", "4", "-", "33%"] for i in range(3)]
+
+    assert "no PartitionSet or ShardSet 'nope'" in plugin("top", "nope", status=1)
+    assert "SET is NAME, pset/NAME or sset/NAME" in plugin("top", "deploy/k", status=1)
 
     # drain: kw-1's units move off through hand-offs; uncordon: they come back
     assert "draining" in plugin("drain", "kw-1")

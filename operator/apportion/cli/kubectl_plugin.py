@@ -124,9 +124,10 @@ def client_for(args: argparse.Namespace) -> AsyncClient:
 async def load_set(client: AsyncClient, namespace: str, spec: str) -> LiveSet:
     """The set named by `spec` (NAME, pset/NAME, sset/NAME) with its published table."""
     kind_word, _, name = spec.rpartition("/")
-    if kind_word and kind_word.lower().split(".")[0] not in KINDS:
+    resource = kind_word.lower().split(".")[0]  # pset, partitionsets.apportion.dev, ...
+    if kind_word and resource not in KINDS:
         raise PluginError(f"{spec}: SET is NAME, pset/NAME or sset/NAME")
-    kinds = [KINDS[kind_word.lower().split(".")[0]]] if kind_word else ["PartitionSet", "ShardSet"]
+    kinds = [KINDS[resource]] if kind_word else list(SET_KINDS)
     found = []
     for kind in kinds:
         try:
@@ -155,10 +156,6 @@ async def load_set(client: AsyncClient, namespace: str, spec: str) -> LiveSet:
     return LiveSet(kind, body, model, loaded.table)
 
 
-async def close(client: AsyncClient) -> None:
-    await client.close()
-
-
 # ----------------------------------------------------------------------------- commands
 
 
@@ -170,7 +167,7 @@ async def run_locate(args: argparse.Namespace) -> int:
     try:
         live = await load_set(client, args.namespace, args.set)
     finally:
-        await close(client)
+        await client.close()
     sys.stdout.writelines(located_lines(locate(args.keys, table=live.table), live.table))
     return 0
 
@@ -180,7 +177,7 @@ async def run_top(args: argparse.Namespace) -> int:
     try:
         live = await load_set(client, args.namespace, args.set)
     finally:
-        await close(client)
+        await client.close()
     loads = {
         row["member"]: float(row["load"])
         for row in live.status.get("memberUnits") or ()
@@ -218,7 +215,7 @@ async def run_plan(args: argparse.Namespace) -> int:
             selectors.append(LabelSelector.model_validate(workload.to_dict()["spec"]["selector"]))
         pods = [p.to_dict() async for p in client.list(Pod, namespace=args.namespace)]
     finally:
-        await close(client)
+        await client.close()
     ack_key = ResourceRef(
         live.kind, args.namespace, live.body["metadata"]["name"], ""
     ).ack_annotation
@@ -292,7 +289,7 @@ async def run_history(args: argparse.Namespace) -> int:
             e.to_dict() async for e in client.list(Event, namespace=args.namespace, fields=selector)
         ]
     finally:
-        await close(client)
+        await client.close()
     events.sort(key=lambda e: e.get("eventTime") or e["metadata"].get("creationTimestamp") or "")
     rows = [("TIME", "TYPE", "REASON", "NOTE")]
     rows += [
@@ -329,7 +326,7 @@ async def annotate(args: argparse.Namespace, value: str | None, what: str) -> in
     except ApiError as error:
         raise PluginError(f"pod {args.pod}: {error.status.message}") from error
     finally:
-        await close(client)
+        await client.close()
     print(f"pod/{args.pod} {what}")
     return 0
 
