@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds tutorial-pictures
+.PHONY: setup native-deps controlplane kafka-jars demo test unit e2e bench lint crds tutorial-pictures
 
 setup: native-deps $(VENV)/.installed
 
@@ -24,23 +24,28 @@ $(VENV)/.installed: pyproject.toml operator/apportion/engine/_keys.c | native-de
 controlplane: setup
 	$(BIN)/apportion dev-cluster build
 
+# The Kafka broker's jars (Maven, integrations/kafka/pom.xml) into ~/.cache/apportion/kafka, for
+# the Kafka e2e test and benchmark; a no-op when they are cached.
+kafka-jars:
+	sh integrations/kafka/fetch-jars.sh
+
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane
+test: controlplane kafka-jars
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane
+e2e: controlplane kafka-jars
 	$(BIN)/pytest tests/e2e
 
-bench: setup
+bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff check operator tests bench integrations
 
 crds: setup
 	$(BIN)/apportion crds --output crds
