@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, handlers=[plain], format="%(created).6f %(levelname)s %(message)s"
     )
-    for noisy in ("httpx", "aiokafka", "aiohttp.access"):
+    for noisy in ("httpx", "httpx2", "aiokafka", "aiohttp.access"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         asyncio.run(_run(args))
