@@ -16,10 +16,14 @@ Sides:
 - apportion: `python -m apportion.kafka` consumers as process pods of a StatefulSet on a
   dev-cluster, a PartitionSet over them (rebalance interval 1 s), the operator as a process;
   steps are `kubectl scale` and a template change (StatefulSet rolling update).
-- kafka-<assignor>: aiokafka consumers subscribed to one group (classic protocol, which is
-  eager in aiokafka: every member gives up every partition at each rebalance), heartbeat 1 s,
-  session timeout 10 s, in this process; steps start and stop (leave group) consumers.
-  Assignors: roundrobin (aiokafka's default) and sticky.
+- Kafka's group rebalancing: consumers subscribed to one group, each a thread of this process;
+  steps start and stop (commit, leave the group) consumers; offsets auto-committed every 1 s,
+  heartbeats every 1 s (session timeout 10 s):
+  - eager-roundrobin, eager-sticky: aiokafka, classic protocol (eager: at each rebalance every
+    member gives up every partition), aiokafka's default assignor and its sticky one;
+  - cooperative-sticky: confluent-kafka (librdkafka), classic protocol, incremental;
+  - kip848-consumer: confluent-kafka, the `consumer` group protocol of Kafka 4 (KIP-848:
+    the broker assigns, incrementally; its heartbeat interval set to 1 s on the broker).
 
 Run: .venv/bin/python bench/bench_kafka.py [--quick] [--side apportion|kafka]
 (`make kafka-jars` first: the broker runs from the cached jars.)
@@ -126,98 +130,135 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 
 
 class GroupSide:
-    """aiokafka consumers of one group in a thread's event loop."""
+    """Consumers of one group, each in its own thread: `client` "aiokafka" (classic protocol,
+    eager: every member gives up every partition at each rebalance) or "librdkafka"
+    (confluent-kafka: cooperative-sticky, or the KIP-848 `consumer` protocol), configured by
+    `config`."""
 
-    def __init__(self, bootstrap: str, topic: str, assignor: Any) -> None:
-        self.bootstrap, self.topic, self.assignor = bootstrap, topic, assignor
+    def __init__(self, bootstrap: str, topic: str, client: str, config: dict[str, Any]) -> None:
+        self.bootstrap, self.topic, self.client, self.config = bootstrap, topic, client, config
+        self.group = f"bench-{topic}"
         self.handled: Handled = defaultdict(list)
         self.assigned: list[tuple[float, int, str]] = []
         self.current: dict[str, set[int]] = {}
         self.last_change = time.time()
-        self.loop = asyncio.new_event_loop()
-        self.tasks: dict[str, asyncio.Task[None]] = {}
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
+        self.threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self.lock = threading.Lock()
         self.count = 0
-
-    def run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(120)
 
     def add(self) -> str:
         name = f"c{self.count}"
         self.count += 1
-        self.run(self._add(name))
+        stop = threading.Event()
+        consume = self._aiokafka if self.client == "aiokafka" else self._librdkafka
+        thread = threading.Thread(target=consume, args=(name, stop), daemon=True)
+        self.threads[name] = (thread, stop)
+        thread.start()
         return name
 
-    async def _add(self, name: str) -> None:
-        started = asyncio.Event()
-        self.tasks[name] = asyncio.create_task(self._consume(name, started))
-        await started.wait()
-
     def remove(self, name: str) -> None:
-        async def stop() -> None:
-            task = self.tasks.pop(name)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        thread, stop = self.threads.pop(name)
+        stop.set()
+        thread.join(60)
 
-        self.run(stop())
+    def _assign(self, name: str, partitions: list[int]) -> None:
+        now = time.time()
+        with self.lock:
+            self.current.setdefault(name, set()).update(partitions)
+            self.assigned += [(now, p, name) for p in partitions]
+            self.last_change = now
 
-    async def _consume(self, name: str, started: asyncio.Event) -> None:
+    def _revoke(self, name: str, partitions: list[int]) -> None:
+        with self.lock:
+            self.current.setdefault(name, set()).difference_update(partitions)
+            self.last_change = time.time()
+
+    def _gone(self, name: str) -> None:
+        with self.lock:
+            self.current.pop(name, None)
+            self.last_change = time.time()
+
+    def _aiokafka(self, name: str, stop: threading.Event) -> None:
         from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
 
         side = self
 
         class Listener(ConsumerRebalanceListener):
             async def on_partitions_revoked(self, revoked: Any) -> None:
-                side.current[name] = set()
-                side.last_change = time.time()
+                side._revoke(name, [tp.partition for tp in revoked])
 
             async def on_partitions_assigned(self, assigned: Any) -> None:
-                now = time.time()
-                side.current[name] = {tp.partition for tp in assigned}
-                side.assigned += [(now, tp.partition, name) for tp in assigned]
-                side.last_change = now
+                side._assign(name, [tp.partition for tp in assigned])
 
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap,
-            group_id="bench-group",
-            partition_assignment_strategy=(self.assignor,),
-            heartbeat_interval_ms=1000,
-            session_timeout_ms=10000,
-            auto_offset_reset="earliest",
-            auto_commit_interval_ms=1000,
+        async def consume() -> None:
+            consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.bootstrap,
+                group_id=self.group,
+                auto_offset_reset="earliest",
+                auto_commit_interval_ms=1000,
+                heartbeat_interval_ms=1000,
+                session_timeout_ms=10000,
+                **self.config,
+            )
+            await consumer.start()
+            consumer.subscribe([self.topic], listener=Listener())
+            try:
+                while not stop.is_set():
+                    batch = await consumer.getmany(timeout_ms=100)
+                    for tp, records in batch.items():
+                        for record in records:
+                            await asyncio.sleep(WORK_TIME)
+                            self.handled[tp.partition].append((time.time(), record.offset))
+            finally:
+                await consumer.stop()  # commits and leaves the group
+                self._gone(name)
+
+        asyncio.run(consume())
+
+    def _librdkafka(self, name: str, stop: threading.Event) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "group.id": self.group,
+                "auto.offset.reset": "earliest",
+                "auto.commit.interval.ms": 1000,
+                **self.config,
+            }
         )
-        await consumer.start()
-        consumer.subscribe([self.topic], listener=Listener())
-        started.set()
+        consumer.subscribe(
+            [self.topic],
+            on_assign=lambda c, parts: self._assign(name, [p.partition for p in parts]),
+            on_revoke=lambda c, parts: self._revoke(name, [p.partition for p in parts]),
+            on_lost=lambda c, parts: self._revoke(name, [p.partition for p in parts]),
+        )
         try:
-            while True:
-                batch = await consumer.getmany(timeout_ms=200)
-                for tp, records in batch.items():
-                    for record in records:
-                        await asyncio.sleep(WORK_TIME)
-                        self.handled[tp.partition].append((time.time(), record.offset))
+            while not stop.is_set():
+                message = consumer.poll(0.1)
+                if message is not None and message.error() is None:
+                    time.sleep(WORK_TIME)
+                    self.handled[message.partition()].append((time.time(), message.offset()))
         finally:
-            self.current.pop(name, None)
-            self.last_change = time.time()
-            await consumer.stop()  # commits and leaves the group
+            consumer.close()  # commits and leaves the group
+            self._gone(name)
 
     def settled(self) -> bool:
-        owned = [p for ps in self.current.values() for p in ps]
-        return (
-            sorted(owned) == list(range(PARTITIONS))
-            and len(self.current) == len(self.tasks)
-            and time.time() - self.last_change > 2.0
-        )
+        with self.lock:
+            owned = sorted(p for ps in self.current.values() for p in ps)
+            members = len(self.current)
+            quiet = time.time() - self.last_change > 2.0
+        return owned == list(range(PARTITIONS)) and members == len(self.threads) and quiet
 
     def stop(self) -> None:
-        for name in list(self.tasks):
+        for name in list(self.threads):
             self.remove(name)
-        self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-def group_side(bootstrap: str, topic: str, assignor: Any) -> tuple[list[Step], Any, Any]:
-    side = GroupSide(bootstrap, topic, assignor)
+def group_side(
+    bootstrap: str, topic: str, client: str, config: dict[str, Any]
+) -> tuple[list[Step], Any, Any]:
+    side = GroupSide(bootstrap, topic, client, config)
     steps = []
 
     def step(name: str, action: Callable[[], None]) -> None:
@@ -229,10 +270,10 @@ def group_side(bootstrap: str, topic: str, assignor: Any) -> tuple[list[Step], A
 
     step(STEPS[0], lambda: [side.add() for _ in range(3)])
     step(STEPS[1], side.add)
-    step(STEPS[2], lambda: [side.remove(n) for n in sorted(side.tasks)[:2]])
+    step(STEPS[2], lambda: [side.remove(n) for n in sorted(side.threads)[:2]])
 
     def rolling() -> None:
-        for name in sorted(side.tasks):
+        for name in sorted(side.threads):
             side.remove(name)
             side.add()
             wait_until(side.settled, 120, "group settled in the rolling restart")
@@ -371,17 +412,39 @@ def main() -> int:
     from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
+    groups = {
+        "eager-roundrobin": (
+            "aiokafka",
+            {"partition_assignment_strategy": (RoundRobinPartitionAssignor,)},
+        ),
+        "eager-sticky": ("aiokafka", {"partition_assignment_strategy": (StickyPartitionAssignor,)}),
+        "cooperative-sticky": (
+            "librdkafka",
+            {
+                "partition.assignment.strategy": "cooperative-sticky",
+                "heartbeat.interval.ms": 1000,
+                "session.timeout.ms": 10000,
+            },
+        ),
+        "kip848-consumer": ("librdkafka", {"group.protocol": "consumer"}),
+    }
     rows = []
-    with KafkaBroker(Path(tempfile.mkdtemp(prefix="bench-kafka-broker-"))) as broker:
+    # The KIP-848 protocol's heartbeat interval is the broker's: 1 s, as the classic clients'.
+    heartbeat = {
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+    }
+    with KafkaBroker(
+        Path(tempfile.mkdtemp(prefix="bench-kafka-broker-")), overrides=heartbeat
+    ) as broker:
         runs: list[tuple[str, Callable[[str], tuple[list[Step], Any, Any]]]] = []
         if "apportion" in sides:
             runs.append(("apportion", lambda t: apportion_side(broker.bootstrap, t)))
         if "kafka" in sides:
-            for label, assignor in (
-                ("kafka-roundrobin", RoundRobinPartitionAssignor),
-                ("kafka-sticky", StickyPartitionAssignor),
-            ):
-                runs.append((label, lambda t, a=assignor: group_side(broker.bootstrap, t, a)))
+            for label, (client, config) in groups.items():
+                runs.append(
+                    (label, lambda t, c=client, k=config: group_side(broker.bootstrap, t, c, k))
+                )
         for label, run in runs:
             topic = f"bench-{label}"
             create_topic(broker.bootstrap, topic, PARTITIONS)

@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Final
@@ -62,10 +63,18 @@ class BrokerError(RuntimeError):
 
 
 class KafkaBroker:
-    """One broker+controller process whose data and log live under `workdir`."""
+    """One broker+controller process whose data and log live under `workdir`; `overrides`
+    are broker properties set on top of (or instead of) the ones below."""
 
-    def __init__(self, workdir: Path, *, stop_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        overrides: Mapping[str, str] | None = None,
+        stop_timeout: float = 30.0,
+    ) -> None:
         self.workdir = Path(workdir)
+        self.overrides = dict(overrides or {})
         self.stop_timeout = stop_timeout
         self.port = 0
         self.controller_port = 0
@@ -114,6 +123,7 @@ class KafkaBroker:
                 "share.coordinator.state.topic.min.isr=1",
                 # Groups form at once instead of waiting 3 s for more members.
                 "group.initial.rebalance.delay.ms=0",
+                *(f"{key}={value}" for key, value in self.overrides.items()),
                 "",
             ]
         )
