@@ -46,7 +46,7 @@ def consumers(bootstrap: str, replicas: int) -> dict:
     command = [
         sys.executable, "-m", "apportion.kafka", "--topic", TOPIC, "--set", "orders",
         "--bootstrap", bootstrap, "--group", "orders-apportion",
-        "--work-time", "0.002", "--commit-interval", "3",
+        "--work-time", "0.005", "--commit-interval", "3",
     ]  # fmt: skip
     return workers("kc", replicas, command=command, grace=30)
 
