@@ -328,8 +328,16 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
         command = [
             sys.executable, "-m", "apportion.kafka", "--topic", topic, "--set", "orders",
             "--bootstrap", bootstrap, "--group", "bench-apportion",
-            "--work-time", str(WORK_TIME),
+            "--work-time", str(WORK_TIME), "--port", "8080",
         ]  # fmt: skip
+        consumers = workers("kc", 3, command=command, grace=30)
+        # Ready once the consumer serves /healthz: the operator gives partitions to pods that
+        # can take them, not to processes still importing.
+        (container,) = consumers["spec"]["template"]["spec"]["containers"]
+        container["readinessProbe"] = {
+            "httpGet": {"path": "/healthz", "port": "metrics"},
+            "periodSeconds": 1,
+        }
         pods: set[str] = set()
 
         def settled(members: int, old_uids: dict[str, str] | None = None) -> Callable[[], bool]:
@@ -362,7 +370,7 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
         }
 
         def begin() -> None:
-            apply(kubectl, namespace, workers("kc", 3, command=command, grace=30))
+            apply(kubectl, namespace, consumers)
             apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
 
         def scale(n: int) -> Callable[[], Any]:
