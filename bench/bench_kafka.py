@@ -7,9 +7,9 @@ the other: stop, start a new one, wait until settled). Per step:
 
 - moved: partitions whose consumer changed (Kafka's eager protocol also stops every other
   partition during a rebalance: that shows in the gap, not in this count);
-- gap: the longest time any partition went without a record handled while records kept coming,
-  from the step's start until 3 s after it settled (the steady gap is the 50 ms period): the
-  worst partition's, and the mean over partitions of each one's longest;
+- wait: the longest time a record produced during the step waited until it was handled (from
+  the step's start until 3 s after it settled; steady, a poll's worth): the worst partition's,
+  and the mean over partitions of each one's longest;
 - again: records handled a second time in the step (resumed from an older commit).
 
 Sides:
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import statistics
 import sys
@@ -50,7 +49,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "integrations/kafka"), str(REPO / "tests/e2e")]
 
 from kafka_broker import KafkaBroker  # noqa: E402
-from kafka_support import Producer, create_topic, processed  # noqa: E402
+from kafka_support import Produced, Producer, create_topic, processed  # noqa: E402
 
 PARTITIONS = 12
 PERIOD = 0.05
@@ -70,14 +69,18 @@ Handled = dict[int, list[tuple[float, int]]]
 """partition -> (time, offset) of every record handled, in time order."""
 
 
-def longest_gaps(handled: Handled, step: Step) -> list[float]:
-    """Per partition, the longest time within the step it went without a record handled."""
-    gaps = []
-    for p in range(PARTITIONS):
-        times = [step.start, *(t for t, _ in handled.get(p, []) if step.start < t < step.end)]
-        times.append(step.end)
-        gaps.append(max(b - a for a, b in itertools.pairwise(times)))
-    return gaps
+def longest_waits(handled: Handled, produced: list[Produced], step: Step) -> list[float]:
+    """Per partition, the longest a record produced within the step waited to be handled."""
+    first: dict[tuple[int, int], float] = {}
+    for partition, records in handled.items():
+        for t, offset in records:
+            first[(partition, offset)] = min(t, first.get((partition, offset), t))
+    waits = [0.0] * PARTITIONS
+    for record in produced:
+        if step.start <= record.time < step.end:
+            done = first.get((record.partition, record.offset), step.end)
+            waits[record.partition] = max(waits[record.partition], done - record.time)
+    return waits
 
 
 def handled_again(handled: Handled, step: Step) -> int:
@@ -103,13 +106,15 @@ def moves(assigned: list[tuple[float, int, str]], step: Step) -> int:
     return moved
 
 
-def report(side: str, steps: list[Step], handled: Handled, assigned) -> list[str]:
+def report(
+    side: str, steps: list[Step], handled: Handled, assigned, produced: list[Produced]
+) -> list[str]:
     rows = []
     for step in steps[1:]:
-        gaps = longest_gaps(handled, step)
+        waits = longest_waits(handled, produced, step)
         rows.append(
-            f"  {side:<17} {step.name:<16} moved {moves(assigned, step):>3}  "
-            f"gap max {max(gaps):5.2f} s  mean {statistics.fmean(gaps):5.2f} s  "
+            f"  {side:<18} {step.name:<16} moved {moves(assigned, step):>3}  "
+            f"wait max {max(waits):5.2f} s  mean {statistics.fmean(waits):5.2f} s  "
             f"again {handled_again(handled, step):>4}  (step {step.end - step.start:5.1f} s)"
         )
     return rows
@@ -463,8 +468,8 @@ def main() -> int:
             try:
                 steps, handled, assigned = run(topic)
             finally:
-                producer.stop()
-            rows += report(label, steps, handled, assigned)
+                produced = producer.stop()
+            rows += report(label, steps, handled, assigned, produced)
             print("\n".join(rows[-3:]), flush=True)
     print(f"\nbench_kafka: {PARTITIONS} partitions, a record per partition every {PERIOD}s")
     print("\n".join(rows))

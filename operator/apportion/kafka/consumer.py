@@ -58,7 +58,7 @@ class _Change:
     release: frozenset[int] = frozenset()
     commit: bool = True
     final: dict[int, int] = field(default_factory=dict)
-    """Where each released partition stood when it stopped (the offset committed, if any)."""
+    """Per partition stopped: its committed offset (release), where it stopped (revoke)."""
     done: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -134,6 +134,7 @@ class PartitionConsumer:
         )
         await self._consumer.start()
         self._loop_task = asyncio.create_task(self._consume(), name="kafka/consume")
+        self._loop_task.add_done_callback(_log_failure)
         try:
             await self.worker.start()
         except BaseException:
@@ -169,13 +170,15 @@ class PartitionConsumer:
         if self._loop_task is None or self._loop_task.done():
             raise RuntimeError("the consuming loop is not running")
         self._changes.put_nowait(change)
-        await change.done
+        try:
+            await change.done
+        finally:  # released partitions have stopped even when their commit failed
+            for partition in sorted(change.release):
+                action = "release" if change.commit else "stop"
+                self._log(action, partition, epoch, change.final.get(partition))
+                self._tokens.pop(partition, None)
         for partition in sorted(change.acquire):
             self._log("acquire", partition, epoch, self.positions.get(partition))
-        for partition in sorted(change.release):
-            action = "release" if change.commit else "stop"
-            self._log(action, partition, epoch, change.final.get(partition))
-            self._tokens.pop(partition, None)
 
     def _log(self, action: str, partition: int, epoch: int, offset: int | None) -> None:
         w = self.worker
@@ -229,25 +232,30 @@ class PartitionConsumer:
         return True
 
     async def _run(self, change: _Change) -> None:
-        try:
-            if change.release and change.commit:
+        error: Exception | None = None
+        if change.release and change.commit:
+            try:
                 await self._commit(change.release & set(self.positions))
-            kept = set(self.positions) - change.release
-            fresh = change.acquire - kept
-            await self._assign(kept | fresh)
-            for partition in change.release:
-                if partition in self.positions:
-                    change.final[partition] = self.positions.pop(partition)
-                self.committed.pop(partition, None)
+            except Exception as failed:  # stopped all the same: the next owner resumes earlier
+                error = failed
+        for partition in change.release:
+            position = self.positions.pop(partition, None)
+            committed = self.committed.pop(partition, None)
+            final = committed if change.commit else position
+            if final is not None:
+                change.final[partition] = final
+        try:
+            fresh = change.acquire - set(self.positions)
+            await self._assign(set(self.positions) | fresh)
             for partition, offset in (await self._resume_offsets(fresh)).items():
                 self.positions[partition] = offset
                 self.committed[partition] = offset
             self._seek_all()
-        except Exception as error:
-            if not change.done.done():
-                change.done.set_exception(error)
-            return
-        if not change.done.done():
+        except Exception as failed:
+            error = error or failed
+        if error is not None:
+            change.done.set_exception(error)
+        else:
             change.done.set_result(None)
 
     async def _assign(self, partitions: set[int]) -> None:
@@ -309,6 +317,12 @@ class PartitionConsumer:
             w.set_name,
             offset,
         )
+
+
+def _log_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        # Acquisitions fail from now on (the worker retries them); say why once.
+        logger.error("the consuming loop failed", exc_info=task.exception())
 
 
 def _partitions(units: frozenset[str]) -> frozenset[int]:
