@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps node-deps java-deps controlplane tools image demo test unit e2e java \
-	bench lint crds monitoring tutorial-pictures
+.PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test \
+	unit e2e java bench lint crds monitoring tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -39,16 +39,21 @@ image: setup
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
+# The Kafka broker's jars (Maven, integrations/kafka/pom.xml) into ~/.cache/apportion/kafka, for
+# the Kafka e2e test and benchmark; a no-op when they are cached.
+kafka-jars:
+	sh integrations/kafka/fetch-jars.sh
+
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane tools java
+test: controlplane tools java kafka-jars
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane tools java
+e2e: controlplane tools java kafka-jars
 	$(BIN)/pytest tests/e2e
 
 # The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
@@ -61,11 +66,11 @@ java-deps:
 java: java-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
-bench: setup
+bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench conformance
+	$(BIN)/ruff check operator tests bench conformance integrations
 
 crds: setup
 	$(BIN)/apportion crds --output crds

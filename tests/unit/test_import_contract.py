@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "listwatch": set(),
     "worker": {"api", "engine", "listwatch"},
     "grains": {"api", "engine", "listwatch", "worker"},
+    "kafka": {"api", "engine", "listwatch", "worker"},
     "devcluster": set(),
 }
 """`cli` and `__main__` are the entry points: they may start anything, so they are absent."""
