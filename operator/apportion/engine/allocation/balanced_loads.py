@@ -259,8 +259,11 @@ class _Planner:
             self.spread.moved(source if isinstance(source, int) else None, target)
 
     def spend(self, moves: int, load: float) -> bool:
-        """Takes ``moves`` / ``load`` from the churn budget; False (and stop) if it is spent."""
-        if moves > self.moves_left or load > self.load_left + _EPS:
+        """Takes ``moves`` / ``load`` from the churn budget; False (and stop) if it is spent.
+        The round's first move always fits the load budget: a unit heavier than the whole
+        budget would otherwise never move, and its member would stay overloaded for good."""
+        first = self.moved_load == 0.0
+        if moves > self.moves_left or (load > self.load_left + _EPS and not first):
             self.budget_hit = True
             return False
         self.moves_left -= moves
