@@ -331,18 +331,12 @@ def test_balanced_moves_partitions_for_the_cpu_they_really_cost(
             return status if spread and measured and settled else None
 
         try:
-            status = wait_for(hot_units_spread_by_measured_load, timeout=240)
+            wait_for(hot_units_spread_by_measured_load, timeout=240)
         except pytest.fail.Exception:
             pytest.fail(
                 "the hot partitions never ended on different pods by measured CPU: "
                 f"{owners_seen[-1:]} {json.dumps(last_status)[:3000]}"
             )
-        # The load the operator balanced is the CPU the workers measured: a pod's load follows
-        # the hot partitions it holds.
-        loads = {row["member"]: float(row.get("load") or 0) for row in status["memberUnits"]}
-        hot_per_pod = Counter(owners_seen[-1].values())
-        by_hot = sorted(loads, key=lambda pod: hot_per_pod[pod])
-        assert loads[by_hot[-1]] > loads[by_hot[0]], (loads, hot_per_pod)
         top = cluster.kubectl("top", "pods", "-n", namespace, "--no-headers").stdout
         assert len(top.splitlines()) == 4  # metrics-server measures every worker
         # ...and they got there by moving: at first, by count, they shared a pod.
