@@ -62,7 +62,7 @@ class LoadProfile:
     a unit's load follows it from pod to pod.
 
     `uniform[:V]` every unit V (default 1); `zipf[:S]` unit u gets 100/(u+1)^S (default S=1);
-    `units:U=V,...[,*=D]` the listed units V, the others D (default 1); `requests` GET /key
+    `units:U=V,...[,*=D]` the listed units V, the others D (default 1); `requests` GET/POST /key
     requests per second over the last 10 s; `none` no per-unit load (the operator counts units).
     """
 
@@ -230,6 +230,12 @@ class DemoWorker:
         count = self.worker.state.held_count
         return self._table().count if count is None else count
 
+    def _count_held(self, unit: str) -> int:
+        """The count this pod holds `unit` under: units revoked at a resharding (served under a
+        stale token, or after a failed split or merge) are named in the previous count."""
+        counts = {count for count, u in self.counters if u == unit}
+        return counts.pop() if len(counts) == 1 else self._held_count()
+
     # ----------------------------------------------------------------------------- callbacks
 
     def _log(self, action: str, units: Iterable[str], epoch: int, count: int) -> None:
@@ -302,9 +308,10 @@ class DemoWorker:
     async def on_revoke(self, units: frozenset[str], epoch: int) -> None:
         # Taken away without a hand-off: whoever serves the unit next starts from the state
         # its last release left (an in-memory demo loses what this pod counted since).
-        count = self._held_count()
-        self._log("stop", units, epoch, count)
-        self._forget(units, count)
+        for unit in units:
+            count = self._count_held(unit)
+            self._log("stop", [unit], epoch, count)
+            self._forget([unit], count)
 
     async def on_split(
         self, parent: UnitRange, children: tuple[UnitRange, ...], epoch: int
