@@ -99,6 +99,7 @@ class CountingClients:
                 await asyncio.wait_for(self._stopping.wait(), self.interval)
 
     async def _increment(self, http: aiohttp.ClientSession, key: str, number: int) -> None:
+        redirected = False
         while True:
             pod = self._owner.get(key) or random.choice(sorted(self._known))
             try:
@@ -130,8 +131,10 @@ class CountingClients:
                 self._owner[key] = owner
                 if owner not in self._known:
                     await self._refresh()
-            if status != 421:
+            # Follow one redirect at once; pods whose tables disagree may send it back.
+            if status != 421 or redirected:
                 await asyncio.sleep(RETRY_PAUSE)
+            redirected = status == 421
 
     async def _refresh(self) -> None:
         self._known = await asyncio.to_thread(self.addresses) or self._known
