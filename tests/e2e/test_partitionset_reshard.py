@@ -34,9 +34,11 @@ from unitset_support import (
     workers,
 )
 
+from apportion.api.assignment import AssignmentTable
 from apportion.devcluster.net import http_get_json
 
 SET = "PartitionSet/rs"
+PODS = [f"rw-{i}" for i in range(6)]
 KEYS = [f"key-{i}" for i in range(200)]
 INTERVAL = 2.0
 """Seconds between two increments of one key: about 100 increments per second in all."""
@@ -115,6 +117,13 @@ def starts(log: list[Ownership], token: int) -> dict[str, str]:
     return {o.unit: o.pod for o in log if o.action == "acquire" and o.token == token}
 
 
+def serving(dev_cluster, namespace: str, table: AssignmentTable) -> bool:
+    """Every pod logged serving the units `table` gives it, under the table's tokens."""
+    log = ownership_log(dev_cluster, namespace, PODS, SET)
+    got = {(o.pod, o.unit, o.token) for o in log if o.action == "acquire"}
+    return {(s.owner, u, s.epoch) for u, s in table.units.items()} <= got
+
+
 def starts_at(log: list[Ownership], token: int) -> list[float]:
     return [o.time for o in log if o.action == "acquire" and o.token == token]
 
@@ -124,7 +133,6 @@ def test_split_spread_and_merge_under_traffic(
 ) -> None:
     before = read_table(kubectl, namespace, "PartitionSet", "rs")
     assert before.count == 32 and counts(before) == {f"rw-{i}": 8 for i in range(4)}
-    pods = [f"rw-{i}" for i in range(6)]
     clients = CountingClients(lambda: addresses(kubectl, namespace), KEYS, INTERVAL)
     clients.start()
     try:
@@ -144,13 +152,11 @@ def test_split_spread_and_merge_under_traffic(
         ]
         assert moved_by_split == [] and not split.releasing()
 
-        def serving_new_count():
-            log = ownership_log(dev_cluster, namespace, pods, SET)
-            got = {(o.pod, o.unit) for o in log if o.action == "acquire" and o.token == split.epoch}
-            return got == {(s.owner, u) for u, s in split.units.items()} and log
-
-        log = wait_for(serving_new_count, 60, "every pod serving its 32 children")
-        all_served = max(starts_at(log, split.epoch)) - started
+        wait_for(
+            lambda: serving(dev_cluster, namespace, split), 60, "every pod serving its 32 children"
+        )
+        all_served = max(starts_at(ownership_log(dev_cluster, namespace, PODS, SET), split.epoch))
+        all_served -= started
         first = wait_for(
             lambda: min((s.time for s in clients.served if s.token >= split.epoch), default=0),
             30,
@@ -181,6 +187,14 @@ def test_split_spread_and_merge_under_traffic(
         assert len(moved) == counts(spread)["rw-4"] + counts(spread)["rw-5"]
         assert {spread.units[u].owner for u in moved} == {"rw-4", "rw-5"}
 
+        # The table can be balanced before the new pods' workers serve what it gives them (a
+        # unit moved on before its pod acquired it is released without a line in the log).
+        wait_for(
+            lambda: serving(dev_cluster, namespace, spread),
+            60,
+            "every pod serving its units of 128",
+        )
+
         # /2 merge: siblings apart are gathered by hand-offs, then one write merges them.
         apart = sum(
             spread.units[str(2 * p)].owner != spread.units[str(2 * p + 1)].owner for p in range(64)
@@ -192,7 +206,7 @@ def test_split_spread_and_merge_under_traffic(
     finally:
         clients.stop()
 
-    log = ownership_log(dev_cluster, namespace, pods, SET)
+    log = ownership_log(dev_cluster, namespace, PODS, SET)
     merge_epoch = merged.lineage.epoch
     # Unit numbers mean other key ranges under each count: check each count's era apart (an
     # entry's token tells its era: tokens of a count start at the write that introduced it).
