@@ -8,8 +8,7 @@ import xxhash
 from apportion.api.assignment import AssignmentTable, Incarnation, Lineage, ResourceRef, UnitState
 from apportion.engine.keys import get_scheme
 from apportion.worker import UnitRange, counters
-from apportion.worker.handover import UnitState as SavedState
-from apportion.worker.handover import era_start, lease_name
+from apportion.worker.handover import UnitSnapshot, era_start, lease_name
 
 SCHEME = get_scheme("apportion")
 KEYS = [f"order-{i}" for i in range(2000)]
@@ -58,17 +57,17 @@ def table(lineage: Lineage | None, epoch: int = 9, count: int = 4) -> Assignment
 
 
 def test_saved_state_round_trips_and_names_its_era() -> None:
-    state = SavedState("set-uid", 4, "2", 7, "w-1", {"k": [3, 3]})
-    assert SavedState.from_annotation(state.to_annotation()) == state
+    state = UnitSnapshot("set-uid", 4, "2", 7, "w-1", {"k": [3, 3]})
+    assert UnitSnapshot.from_annotation(state.to_annotation()) == state
     assert era_start(table(None)) == 0
     merged = table(Lineage(8, 4, 8, (1,) * 8))
     assert era_start(merged) == 8
     assert state.current(table(None), 4)
     assert not state.current(merged, 4)  # left in an earlier era of 4 units
     assert not state.current(table(None), 8)  # another count's unit 2
-    assert SavedState("set-uid", 4, "2", 8, "w-1", {}).current(merged, 4)
+    assert UnitSnapshot("set-uid", 4, "2", 8, "w-1", {}).current(merged, 4)
     assert state.current(table(None, count=16), 4)  # a merge loading a sibling of 4
-    assert not SavedState("old-uid", 4, "2", 7, "w-1", {}).current(table(None), 4)
+    assert not UnitSnapshot("old-uid", 4, "2", 7, "w-1", {}).current(table(None), 4)
 
 
 def test_lease_names_fit_and_stay_apart() -> None:

@@ -39,7 +39,7 @@ from aiohttp import web
 from apportion.api.assignment import AssignmentTable, unit_order
 from apportion.engine.keys import get_scheme
 from apportion.worker import counters
-from apportion.worker.handover import UnitState, UnitStateStore
+from apportion.worker.handover import UnitSnapshot, UnitStateStore
 from apportion.worker.state import UnitRange
 from apportion.worker.worker import Worker
 
@@ -290,7 +290,7 @@ class DemoWorker:
         await asyncio.gather(
             *(
                 self.store.save(
-                    UnitState(
+                    UnitSnapshot(
                         table.set_ref.uid,
                         count,
                         unit,

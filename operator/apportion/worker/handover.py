@@ -44,7 +44,7 @@ _NAME_MAX: Final = 253
 
 
 @dataclass(frozen=True, slots=True)
-class UnitState:
+class UnitSnapshot:
     """What a releasing worker left for unit `unit` of `count`: `data` as it was when it stopped
     serving the unit under fencing token `token`."""
 
@@ -76,7 +76,7 @@ class UnitState:
         )
 
     @classmethod
-    def from_annotation(cls, text: str) -> UnitState:
+    def from_annotation(cls, text: str) -> UnitSnapshot:
         raw = json.loads(text)
         return cls(
             str(raw["setUid"]),
@@ -110,7 +110,7 @@ class UnitStateStore:
         self.kind = kind
         self.set_name = set_name
 
-    async def save(self, state: UnitState) -> None:
+    async def save(self, state: UnitSnapshot) -> None:
         """Write `state`, raising the last error after ATTEMPTS failures."""
         from lightkube.models.coordination_v1 import LeaseSpec
         from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
@@ -139,7 +139,7 @@ class UnitStateStore:
             lambda: self.client.apply(lease, field_manager=FIELD_MANAGER, force=True),
         )
 
-    async def load(self, table: AssignmentTable, count: int, unit: str) -> UnitState | None:
+    async def load(self, table: AssignmentTable, count: int, unit: str) -> UnitSnapshot | None:
         """The state left for `unit` of `count` by the set of `table` — of `table`'s era when
         `count` is its count — or None (never released: a new unit, or its last owner did not
         hand it over). Raises the last error after ATTEMPTS failures."""
@@ -163,7 +163,7 @@ class UnitStateStore:
         if text is None:
             return None
         try:
-            state = UnitState.from_annotation(text)
+            state = UnitSnapshot.from_annotation(text)
         except (ValueError, KeyError, TypeError) as error:
             logger.warning("Lease %s: unreadable unit state (%s); starting empty", name, error)
             return None
