@@ -178,7 +178,9 @@ def test_split_spread_and_merge_under_traffic(
         def balanced(count: int, members: int):
             obj = get(kubectl, namespace, "pset", "rs")
             found = read_table(kubectl, namespace, "PartitionSet", "rs")
+            # The status must speak of the table read (its epoch), not of an earlier one.
             done = obj["status"].get("members") == members and is_true(obj, "Balanced")
+            done = done and obj["status"].get("epoch") == (found and found.epoch)
             return found if done and found.count == count and not found.releasing() else None
 
         spread = wait_for(lambda: balanced(128, 6), 120, "128 units balanced over 6 pods")
