@@ -1,29 +1,40 @@
-# The apportion operator image: `docker build -t apportion .`
-# Builder: turn the package and its dependencies into wheels (the dependencies have manylinux
-# wheels; the compiler and libxxhash-dev are for our native key kernel). Final: install the
-# wheels offline into a slim image with the runtime libxxhash, run as non-root.
+# The apportion image (operator and worker): `docker build -t apportion .`
+# BASE is any Debian-family image with python3 (>= 3.11) and the venv module: the official slim
+# image by default; `make image` builds from a local Debian base where that cannot be pulled.
+# Everything goes into a virtual environment (/opt/apportion), which works on any such base and
+# never touches the base's interpreter (Debian's refuses pip installs, PEP 668).
+ARG BASE=python:3.11-slim
 
-FROM python:3.11-slim AS builder
+FROM ${BASE} AS builder
+# A compiler and libxxhash-dev for the native key kernel; Python.h from python3-dev only where the
+# base's interpreter lacks its headers (Debian's python3 does, the official image does not).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libxxhash-dev \
+    && if ! python3 -c 'import pathlib, sys, sysconfig; sys.exit(not pathlib.Path(sysconfig.get_path("include"), "Python.h").exists())'; then \
+         apt-get install -y --no-install-recommends python3-dev; fi \
     && rm -rf /var/lib/apt/lists/*
-WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY operator ./operator
-RUN pip wheel --no-cache-dir --wheel-dir /wheels '.[operator]'
+RUN python3 -m venv /opt/apportion
+COPY pyproject.toml README.md /src/
+COPY operator /src/operator
+# A build behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is
+# mounted for this step only and never lands in a layer.
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -f /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check '/src[operator]' \
+    && /opt/apportion/bin/pip uninstall --yes --quiet pip setuptools \
+    && rm -rf /src
 
-FROM python:3.11-slim
-ENV PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends libxxhash0 \
-    && rm -rf /var/lib/apt/lists/*
-COPY --from=builder /wheels /tmp/wheels
-RUN pip install --no-cache-dir --no-index --find-links=/tmp/wheels 'apportion[operator]' \
-    && rm -rf /tmp/wheels \
+FROM ${BASE}
+RUN if ! dpkg -s libxxhash0 >/dev/null 2>&1; then \
+         apt-get update && apt-get install -y --no-install-recommends libxxhash0 \
+         && rm -rf /var/lib/apt/lists/*; fi \
     && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin apportion
+COPY --from=builder /opt/apportion /opt/apportion
+# Read-only root filesystem: nothing writes .pyc files at run time (pip compiled them).
+ENV PATH=/opt/apportion/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
 USER 10001:10001
 EXPOSE 8080
-ENTRYPOINT ["apportion", "operator"]
-CMD ["--all-namespaces"]
+ENTRYPOINT ["apportion"]
+CMD ["operator", "--all-namespaces"]

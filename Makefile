@@ -4,9 +4,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps controlplane demo test unit e2e bench lint crds tutorial-pictures
+.PHONY: setup native-deps node-deps java-deps controlplane image demo test unit e2e java bench lint \
+	crds tutorial-pictures
 
-setup: native-deps $(VENV)/.installed
+setup: native-deps node-deps $(VENV)/.installed
 
 # libxxhash-dev for the optional native key kernel; a no-op when present, a note when it
 # cannot be installed (the kernel is then skipped and the Python key path used).
@@ -19,28 +20,48 @@ $(VENV)/.installed: pyproject.toml operator/apportion/engine/_keys.c | native-de
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
-# Builds kube-apiserver, kube-controller-manager, kubectl and etcd once per version into
-# ~/.cache/apportion; a no-op when they are cached.
+# runc, CNI plugins, buildah, iptables, debootstrap for the real node; a no-op when present, a
+# note when they cannot be installed (the dev-cluster then runs the pod simulator).
+node-deps:
+	sh scripts/node-deps.sh
+
+# Builds kube-apiserver, kube-controller-manager, kubectl, etcd and the node's kubelet,
+# kube-scheduler and kube-proxy once per version into ~/.cache/apportion; a no-op when cached.
 controlplane: setup
 	$(BIN)/apportion dev-cluster build
+
+# The project's image from the Dockerfile, with buildah (no Docker engine); where the default
+# base cannot be pulled, on a local Debian base made first. Layers are cached.
+image: setup
+	$(BIN)/apportion dev-cluster image
 
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane
+test: controlplane java
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane
+e2e: controlplane java
 	$(BIN)/pytest tests/e2e
+
+# The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
+# cases (conformance/). Dependencies are cached in ~/.m2 (MAVEN_REPO overrides, e.g. a
+# repo-local cache for CI); the first run downloads them from Maven Central.
+MAVEN_REPO ?= $(HOME)/.m2/repository
+java-deps:
+	sh scripts/java-deps.sh
+
+java: java-deps
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
 bench: setup
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench
+	$(BIN)/ruff check operator tests bench conformance
 
 crds: setup
 	$(BIN)/apportion crds --output crds

@@ -10,6 +10,10 @@ Fixtures
                .env (KUBECONFIG + our kubectl first on PATH, for subprocesses such as the
                operator), .pod_log_path(namespace, name) (output of process-simulated pods),
                .log_path("kube-apiserver" | "kube-controller-manager" | "etcd" | "podsim").
+  real_cluster (session) a DevCluster with a real node (kubelet, containerd, runc, kube-proxy,
+               kube-scheduler, metrics-server; see apportion.devcluster.realnode) instead of the
+               pod simulator, its images built first. One per machine: the real-node tests share
+               it, and tests/e2e/test_real_node_cleanup.py runs before anything starts it.
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
                bare Pods can be created at once; deleted after the test without waiting.
@@ -56,6 +60,17 @@ def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     # A first build takes minutes: let its progress reach the terminal.
     with capture.global_and_fixture_disabled():
         cluster = DevCluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def real_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        cluster = DevCluster.start(real_node=True)
     try:
         yield cluster
     finally:

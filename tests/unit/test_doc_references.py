@@ -19,7 +19,8 @@ DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 CODE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-DOTTED = re.compile(r"\bapportion(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+# Not inside a longer name: `dev.apportion.client` is a Java package, `keys/apportion.json` a file.
+DOTTED = re.compile(r"(?<![\w./-])apportion(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 SOURCE = re.compile(r"^[\w./-]*[\w-]+\.(?:py|md|yaml|yml|java|toml|c|sh|xml)$")
 TOP = ("operator/", "docs/", "tests/", "bench/", "manifests/", "crds/", "scripts/", ".ci/")
 LAYERS = ("api/", "engine/", "controllers/", "publishing/", "worker/", "grains/", "cli/")

@@ -1,7 +1,9 @@
 """`apportion demo`: the operator and its samples on a cluster until Ctrl-C (`make demo`).
 
-Builds what is missing and starts a local dev-cluster — or uses the cluster of --kubeconfig /
-$KUBECONFIG when it answers — installs the CRDs and the worker role, runs the operator, applies
+Builds what is missing and starts a local dev-cluster — with a real node (kubelet, containerd,
+the operator installed from manifests/ as containers of the image built here) where the machine
+allows it, else with the pod simulator — or uses the cluster of --kubeconfig / $KUBECONFIG when
+it answers; installs the CRDs and the worker role, runs the operator, applies
 manifests/samples/ (a PartitionSet of 32 partitions over a 4-pod StatefulSet of demo workers, a
 ShardSet of 1000 shards over 3, two GrainTypes over 4 grain silos, and a load generator sending
 Zipf-skewed traffic to all three), waits until the sets are Balanced and the GrainTypes Ready and
@@ -24,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from apportion.devcluster import DevCluster
@@ -43,6 +45,8 @@ SETS = (
     ("graintype", "report"),
 )
 WORKERS = "demo-workers"
+OPERATOR_NAMESPACE = "apportion-system"
+OPERATOR = "statefulset/apportion-operator"
 TRAFFIC = "demo-traffic"
 CRD_NAMES = tuple(f"crd/{p}.apportion.dev" for p in ("graintypes", "partitionsets", "shardsets"))
 
@@ -74,6 +78,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="how long to wait for the sets to be Balanced (default 300)",
     )
     parser.add_argument(
+        "--node",
+        choices=("auto", "real", "sim"),
+        default="auto",
+        help="the local dev-cluster's node: real (kubelet + containerd; Linux, root), sim (the "
+        "pod simulator), auto (real where the machine allows it; default)",
+    )
+    parser.add_argument(
         "--exit-after-ready",
         action="store_true",
         help="stop everything and exit 0 once the sets are Balanced (for tests)",
@@ -87,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, _interrupt)
     try:
-        with _terminal_foreground(), _cluster(args.kubeconfig) as target:
+        with _terminal_foreground(), _cluster(args.kubeconfig, args.node) as target:
             _install(target, args.namespace)
             with _operator(target, args.namespace) as operator:
                 _wait_balanced(target, args.namespace, operator, args.timeout)
@@ -95,11 +106,9 @@ def run(args: argparse.Namespace) -> int:
                 if args.exit_after_ready:
                     return 0
                 _say("running; Ctrl-C stops everything")
-                while operator.process.poll() is None:
+                while (stopped := operator.stopped()) is None:
                     time.sleep(0.5)
-                raise DemoError(
-                    f"the operator exited ({operator.process.returncode}){operator.tail()}"
-                )
+                raise DemoError(stopped)
     except KeyboardInterrupt:
         # Stopping on request is the demo's normal end, not a failure of `make demo`.
         _say("stopped on request: the operator, the workers and the cluster are gone")
@@ -172,6 +181,8 @@ class Target:
     local: DevCluster | None
     kubectl_dir: Path | None
     """Directory of the kubectl to put first on PATH (ours), None: the user's."""
+    real_node: bool = False
+    """The local cluster runs a real node: the operator and workers run as containers."""
 
     def kubectl(
         self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
@@ -190,7 +201,7 @@ class Target:
 
 
 @contextlib.contextmanager
-def _cluster(kubeconfig: Path | None) -> Iterator[Target]:
+def _cluster(kubeconfig: Path | None, node: str) -> Iterator[Target]:
     from apportion.devcluster import DevCluster, DevClusterError, ensure_built
     from apportion.devcluster.cluster import cluster_env
 
@@ -208,15 +219,21 @@ def _cluster(kubeconfig: Path | None) -> Iterator[Target]:
         if kubeconfig is not None:
             raise DemoError(f"the cluster of {kubeconfig} does not answer")
         _say(f"$KUBECONFIG ({given}) does not answer; starting a local dev-cluster instead")
-    _say("building the control plane if needed, starting a local dev-cluster")
+    from apportion.cli.dev_cluster import choose_real_node
+
+    real_node = choose_real_node(node)
+    kind = "a real node" if real_node else "the pod simulator"
+    _say(f"building what is missing, starting a local dev-cluster with {kind}")
     began = time.monotonic()
     try:
-        cluster = DevCluster.start()
+        cluster = DevCluster.start(real_node=real_node, progress=_say)
     except DevClusterError as error:
         raise DemoError(str(error)) from error
     try:
         _say(f"dev-cluster ready in {time.monotonic() - began:.1f}s at {cluster.server}")
-        yield Target(cluster.kubeconfig, cluster.env, cluster.state_dir, cluster, cluster.bin_dir)
+        yield Target(
+            cluster.kubeconfig, cluster.env, cluster.state_dir, cluster, cluster.bin_dir, real_node
+        )
     finally:
         _say("stopping the dev-cluster")
         cluster.stop()
@@ -266,13 +283,28 @@ def _install(target: Target, namespace: str) -> None:
 # ------------------------------------------------------------------------------ the operator
 
 
-@dataclass
 class Operator:
-    process: subprocess.Popen[bytes]
-    log: Path
-    output: TextIO
+    """The operator the demo runs: a local process, or (on a real node) the StatefulSet that
+    manifests/ installs."""
+
+    def __init__(self, target: Target, process: subprocess.Popen[bytes] | None, log: Path):
+        self.target = target
+        self.process = process
+        self.log = log
+
+    def stopped(self) -> str | None:
+        """Why the operator is gone, or None while it runs (on a real node the kubelet restarts
+        it, as on any cluster)."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        return f"the operator exited ({self.process.returncode}){self.tail()}"
 
     def tail(self, lines: int = 30) -> str:
+        if self.process is None:
+            logs = self.target.kubectl(
+                "logs", "-n", OPERATOR_NAMESPACE, OPERATOR, f"--tail={lines}", check=False
+            )
+            return f"; the operator's last lines:\n{logs.stdout}" if logs.stdout else ""
         text = self.log.read_text(errors="replace").splitlines()[-lines:]
         return f"; the last lines of {self.log}:\n" + "\n".join(text) if text else ""
 
@@ -280,19 +312,30 @@ class Operator:
 @contextlib.contextmanager
 def _operator(target: Target, namespace: str) -> Iterator[Operator]:
     log = target.workdir / "operator.log"
-    output = log.open("w")
-    command = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
-    _say(f"starting the operator (log: {log})")
-    # Its own session: Ctrl-C reaches the demo only, which then stops the operator first.
-    process = subprocess.Popen(
-        command, env=target.env, stdout=output, stderr=subprocess.STDOUT, start_new_session=True
-    )
-    operator = Operator(process, log, output)
-    samples = [str(_sample(name)) for name in SAMPLES]
+    if target.real_node:
+        operator = Operator(target, None, log)
+        _say("installing the operator from manifests/ (kubectl apply -k, the image built here)")
+        target.kubectl("apply", "-k", str(REPO / "tests" / "e2e" / "overlays" / "local-image"))
+        target.kubectl("rollout", "status", "-n", OPERATOR_NAMESPACE, OPERATOR, "--timeout=180s")
+        output = None
+    else:
+        output = log.open("w")
+        command = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
+        _say(f"starting the operator (log: {log})")
+        # Its own session: Ctrl-C reaches the demo only, which then stops the operator first.
+        process = subprocess.Popen(
+            command,
+            env=target.env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        operator = Operator(target, process, log)
+    samples = [_sample_text(target, name) for name in SAMPLES]
     try:
         _say("applying " + ", ".join(f"manifests/samples/{s}" for s in SAMPLES))
         for sample in samples:
-            target.kubectl("apply", "-n", namespace, "-f", sample)
+            target.kubectl("apply", "-n", namespace, "-f", "-", input=sample)
         yield operator
     finally:
         if target.local is None:
@@ -305,20 +348,32 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
                     "-n",
                     namespace,
                     "-f",
-                    sample,
+                    "-",
                     "--ignore-not-found",
                     "--timeout=60s",
+                    input=sample,
                     check=False,
                 )
         _say("stopping the operator")
-        if process.poll() is None:
+        process = operator.process
+        if process is not None and process.poll() is None:
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        output.close()
+        if output is not None:
+            output.close()
+
+
+def _sample_text(target: Target, name: str) -> str:
+    text = _sample(name).read_text()
+    if target.real_node:
+        from apportion.devcluster.realnode.images import for_real_node
+
+        return for_real_node(text)
+    return text
 
 
 def _wait_balanced(target: Target, namespace: str, operator: Operator, timeout: float) -> None:
@@ -326,8 +381,9 @@ def _wait_balanced(target: Target, namespace: str, operator: Operator, timeout: 
     deadline = time.monotonic() + timeout
     shown = ""
     while True:
-        if operator.process.poll() is not None:
-            raise DemoError(f"the operator exited ({operator.process.returncode}){operator.tail()}")
+        stopped = operator.stopped()
+        if stopped is not None:
+            raise DemoError(stopped)
         states = [_set_state(target, namespace, kind, name) for kind, name in SETS]
         line = "; ".join(text for _, text in states)
         if line != shown:
@@ -442,7 +498,20 @@ def _instructions(target: Target, namespace: str) -> str:
     pod = _pod_ip(target, namespace, f"{WORKERS}-0")
     if pod:
         steps.append((f"curl http://{pod}:8080/key/demo-17", "200 if served here, else 421"))
-    if target.local is not None:
+    if target.real_node:
+        steps.append(
+            (
+                f"kubectl get pods -n {OPERATOR_NAMESPACE} -o wide",
+                "the operator pair, real containers on the real node",
+            )
+        )
+        steps.append(
+            (
+                f"kubectl top pods{ns}",
+                "CPU and memory of every worker, from metrics-server",
+            )
+        )
+    elif target.local is not None:
         logs = target.local.pod_log_path(namespace, f"{WORKERS}-0").parent
         steps.append(
             (
@@ -456,7 +525,12 @@ def _instructions(target: Target, namespace: str) -> str:
         lines.append(f"  export PATH={target.kubectl_dir}:$PATH   # the matching kubectl")
     for command, why in steps:
         lines += ["", f"  # {why}", f"  {command}"]
-    lines += ["", f"operator log: {target.workdir / 'operator.log'}", ""]
+    where = (
+        f"kubectl logs -n {OPERATOR_NAMESPACE} {OPERATOR}"
+        if target.real_node
+        else target.workdir / "operator.log"
+    )
+    lines += ["", f"operator log: {where}", ""]
     return "\n".join(lines)
 
 

@@ -54,6 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help="time each GET/POST /key request takes (default 0)",
     )
+    units.add_argument(
+        "--burn-cpu",
+        type=float,
+        default=0.0,
+        metavar="MILLICORES",
+        help="spend real CPU on every unit held, MILLICORES x its profile load, and report the "
+        "CPU each unit got as its load (default 0: report the profile's figures)",
+    )
     grains = parser.add_argument_group("grain mode")
     grains.add_argument(
         "--grains",
@@ -81,8 +89,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         if not (args.kind and args.set_name):
             parser.error("--kind and --set are required (or --grains for the grain demo)")
-        if args.release_delay < 0 or args.work_time < 0:
-            parser.error("--release-delay and --work-time must be >= 0")
+        if args.release_delay < 0 or args.work_time < 0 or args.burn_cpu < 0:
+            parser.error("--release-delay, --work-time and --burn-cpu must be >= 0")
         from apportion.worker.demo import LoadProfile
 
         try:
@@ -115,6 +123,7 @@ async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
         profile=profile,
         release_delay=args.release_delay,
         work_time=args.work_time,
+        burn_millicores=args.burn_cpu,
     )
     await demo.run()
 

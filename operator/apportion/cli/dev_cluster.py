@@ -1,7 +1,10 @@
 """`apportion dev-cluster`: a real Kubernetes control plane on loopback, built from Go modules.
 
-build       build etcd, kube-apiserver, kube-controller-manager and kubectl (once per version)
-start       start a cluster that keeps running after the command returns
+build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the node binaries
+            (kubelet, kube-scheduler, kube-proxy) once per version
+image       build apportion's container image from the Dockerfile with buildah (`make image`)
+start       start a cluster that keeps running after the command returns; `--node real` runs a
+            real node (kubelet + containerd, root on Linux) instead of the pod simulator
 stop        stop it and delete its state
 status      show whether it runs and where its kubeconfig is
 kubeconfig  print the kubeconfig path (`export KUBECONFIG=$(apportion dev-cluster kubeconfig)`)
@@ -25,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("build", help="build the control-plane binaries if they are not cached")
+    actions.add_parser("image", help="build apportion's image with buildah")
     state_dir_help = (
         "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
         "dev-cluster)"
@@ -44,6 +48,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 action="store_false",
                 help="leave Pods Pending (no simulated nodes)",
             )
+            action.add_argument(
+                "--node",
+                choices=("sim", "real", "auto"),
+                default="sim",
+                help="sim: the pod simulator (default); real: a kubelet with containerd running "
+                "real containers (Linux, root; one per machine); auto: real where the machine "
+                "allows it, else sim",
+            )
     run_parser = actions.add_parser("run", help="start a private cluster, run CMD, stop")
     run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
@@ -57,11 +69,19 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "build":
             print(ensure_built())
             return 0
+        if args.action == "image":
+            from apportion.devcluster.realnode import images
+
+            images.build_image()
+            return 0
         if args.action == "run":
             return _run_command(args.command)
         state_dir = args.state_dir or default_state_dir()
         if args.action == "start":
-            return _start(state_dir, args.pod_simulator, args.state_dir is not None)
+            real_node = choose_real_node(args.node)
+            return _start(state_dir, args.pod_simulator, real_node, args.state_dir is not None)
+        if args.action == "stop":
+            return _stop(state_dir)
         cluster = DevCluster.attach(state_dir)
         if args.action == "kubeconfig":
             print(cluster.kubeconfig)
@@ -71,16 +91,48 @@ def run(args: argparse.Namespace) -> int:
             print(f"{'server':<24} {cluster.server}")
             print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
             return 0 if cluster.running() else 1
-        elif args.action == "stop":
-            cluster.stop()
-            print(f"stopped; removed {state_dir}")
         return 0
     except DevClusterError as error:
         print(f"apportion dev-cluster {args.action}: {error}", file=sys.stderr)
         return 1
 
 
-def _start(state_dir: Path, pod_simulator: bool, explicit_dir: bool) -> int:
+def choose_real_node(node: str) -> bool:
+    """`--node auto` runs a real node where the machine allows it and says in one line why not
+    otherwise."""
+    if node == "sim":
+        return False
+    from apportion.devcluster.realnode.host import why_not
+
+    reason = why_not()
+    if node == "auto" and reason:
+        print(f"pod simulator instead of a real node: {reason}", file=sys.stderr)
+    return node == "real" or reason is None
+
+
+def _stop(state_dir: Path) -> int:
+    """Stop the cluster in `state_dir`, and put the machine back as it was if a real node was
+    left behind by a cluster that is gone (its starting process was SIGKILLed)."""
+    from apportion.devcluster import DevCluster, DevClusterError
+    from apportion.devcluster.cluster import clean_up_abandoned_node
+
+    try:
+        DevCluster.attach(state_dir).stop()
+        print(f"stopped; removed {state_dir}")
+        stopped = True
+    except DevClusterError as error:
+        stopped = False
+        message = str(error)
+    abandoned = clean_up_abandoned_node()
+    if abandoned:
+        print(f"cleaned up the real node abandoned by {abandoned}")
+    if not (stopped or abandoned):
+        print(f"apportion dev-cluster stop: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start(state_dir: Path, pod_simulator: bool, real_node: bool, explicit_dir: bool) -> int:
     from apportion.devcluster import DevCluster, DevClusterError
 
     try:
@@ -91,7 +143,9 @@ def _start(state_dir: Path, pod_simulator: bool, explicit_dir: bool) -> int:
         print(f"already running: export KUBECONFIG={existing.kubeconfig}")
         return 0
     began = time.monotonic()
-    cluster = DevCluster.start(state_dir, pod_simulator=pod_simulator, detach=True)
+    cluster = DevCluster.start(
+        state_dir, pod_simulator=pod_simulator, real_node=real_node, detach=True
+    )
     stop = "apportion dev-cluster stop" + (f" --state-dir {state_dir}" if explicit_dir else "")
     print(
         f"dev-cluster ready in {time.monotonic() - began:.1f}s at {cluster.server}\n"

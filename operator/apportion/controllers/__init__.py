@@ -12,6 +12,7 @@ import importlib
 import kopf
 
 HANDLER_MODULES = (
+    "apportion.controllers.login",
     "apportion.controllers.unitsets.handlers",
     "apportion.controllers.graintypes.handlers",
 )

@@ -1,10 +1,13 @@
-"""Build etcd, kube-apiserver, kube-controller-manager and kubectl from the Go wrapper module.
+"""Build the dev-cluster's Go programs from wrapper modules: etcd, kube-apiserver,
+kube-controller-manager, kubectl, kubelet, kube-scheduler and kube-proxy from the control-plane
+module, and the real node's containerd and metrics-server from modules of their own.
 
-One `go build` for all four (they share most packages), with `GOTOOLCHAIN=local` so Go never
-downloads a toolchain, `CGO_ENABLED=0` and `-trimpath` so the binaries do not depend on this
-machine, and `-ldflags -X` version stamps so `/version` and `kubectl version` say v1.36.3 rather
-than v0.0.0-master. A stamp file records what was built; a build happens only when it is missing
-or differs, under a file lock so two test runs on a fresh machine build once.
+One `go build` per module (the Kubernetes binaries share most packages), with
+`GOTOOLCHAIN=local` so Go never downloads a toolchain, `CGO_ENABLED=0` and `-trimpath` so the
+binaries do not depend on this machine, and `-ldflags -X` version stamps so `/version` and
+`kubectl version` say v1.36.3 rather than v0.0.0-master. A stamp file records what was built; a
+build happens only when it is missing or differs, under a file lock so two test runs on a fresh
+machine build once.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from apportion.devcluster.paths import (
@@ -39,6 +43,9 @@ TARGETS = (
     "k8s.io/kubernetes/cmd/kube-apiserver",
     "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes/cmd/kubectl",
+    "k8s.io/kubernetes/cmd/kubelet",
+    "k8s.io/kubernetes/cmd/kube-scheduler",
+    "k8s.io/kubernetes/cmd/kube-proxy",
     "./etcd",
 )
 PROGRESS_INTERVAL = 15.0
@@ -89,28 +96,64 @@ def read_stamp(directory: Path) -> dict[str, object] | None:
         return None
 
 
-def is_built(directory: Path, expected: dict[str, object]) -> bool:
+def is_built(
+    directory: Path, expected: dict[str, object], binaries: tuple[str, ...] = BINARIES
+) -> bool:
     stamp = read_stamp(directory)
     if stamp is None or {key: stamp.get(key) for key in expected} != expected:
         return False
-    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
+    return all(os.access(directory / name, os.X_OK) for name in binaries)
+
+
+@dataclass(frozen=True)
+class GoBuild:
+    """One `go build` of a wrapper module into a cache directory, and what a cached result must
+    match to be reused."""
+
+    what: str  # for progress lines: "Kubernetes v1.36.3 and etcd v3.6.8"
+    module: Path
+    targets: tuple[str, ...]
+    binaries: tuple[str, ...]
+    directory: Path
+    stamp: dict[str, object]
+    go_minimum: tuple[int, ...]
+    dated_module: str  # the module whose publication time is the build date
+    ldflags: Callable[[str], list[str]]  # build date -> extra -ldflags
+
+
+def control_plane_build() -> GoBuild:
+    module = module_dir()
+    versions = module_versions(module)
+    return GoBuild(
+        what=f"Kubernetes {versions.kubernetes} and etcd {versions.etcd}",
+        module=module,
+        targets=TARGETS,
+        binaries=BINARIES,
+        directory=bin_dir(versions),
+        stamp=build_stamp(versions, module),
+        go_minimum=versions.go,
+        dated_module="k8s.io/kubernetes",
+        ldflags=lambda date: version_ldflags(versions, date),
+    )
 
 
 def ensure_built(progress: Progress | None = None) -> Path:
-    """Return the directory holding the four binaries, building them first if they are missing or
-    were built from a different go.mod/go.sum."""
+    """Return the directory holding the control-plane and node binaries, building them first if
+    they are missing or were built from a different go.mod/go.sum."""
+    return ensure(control_plane_build(), progress)
+
+
+def ensure(spec: GoBuild, progress: Progress | None = None) -> Path:
+    """Return `spec.directory`, building it first unless a matching build is cached there."""
     progress = progress or _stderr_progress
-    module = module_dir()
-    versions = module_versions(module)
-    target = bin_dir(versions)
-    expected = build_stamp(versions, module)
-    if is_built(target, expected):
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(target.parent / f".{target.name}.lock", progress):
-        if not is_built(target, expected):  # another process may have built it while we waited
-            _build(module, versions, target, expected, progress)
-    return target
+    if is_built(spec.directory, spec.stamp, spec.binaries):
+        return spec.directory
+    spec.directory.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(spec.directory.parent / f".{spec.directory.name}.lock", progress):
+        # another process may have built it while we waited
+        if not is_built(spec.directory, spec.stamp, spec.binaries):
+            _build(spec, progress)
+    return spec.directory
 
 
 @contextlib.contextmanager
@@ -152,36 +195,21 @@ def go_env() -> dict[str, str]:
     return {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}
 
 
-def _build(
-    module: Path,
-    versions: ModuleVersions,
-    target: Path,
-    stamp: dict[str, object],
-    progress: Progress,
-) -> None:
-    go = check_go(versions.go)
+def _build(spec: GoBuild, progress: Progress) -> None:
+    go = check_go(spec.go_minimum)
+    module, target = spec.module, spec.directory
     started = time.monotonic()
     progress(
-        f"building Kubernetes {versions.kubernetes} and etcd {versions.etcd} into {target} "
+        f"building {spec.what} into {target} "
         "(first time only: several minutes and a few GB of Go caches)"
     )
     progress("resolving packages and downloading modules…")
     listing = _run_go(
-        [go, "list", "-deps", "-f", "{{.ImportPath}}", *TARGETS],
-        module,
-        progress,
-        started,
+        [go, "list", "-deps", "-f", "{{.ImportPath}}", *spec.targets], module, progress, started
     )
     total = sum(1 for line in listing if line and not line.startswith("go: "))
     build_date = _run_go(
-        [
-            go,
-            "list",
-            "-m",
-            "-f",
-            '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}',
-            "k8s.io/kubernetes",
-        ],
+        [go, "list", "-m", "-f", '{{.Time.UTC.Format "2006-01-02T15:04:05Z"}}', spec.dated_module],
         module,
         progress,
         started,
@@ -190,25 +218,26 @@ def _build(
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir()
     try:
-        ldflags = " ".join(["-s", "-w", *version_ldflags(versions, build_date)])
+        ldflags = " ".join(["-s", "-w", *spec.ldflags(build_date)])
+        output = f"{partial}/"
         progress(f"compiling and linking ({total} packages)…")
         _run_go(
-            [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", f"{partial}/", *TARGETS],
+            [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", output, *spec.targets],
             module,
             progress,
             started,
             total=total,
         )
         target.mkdir(exist_ok=True)
-        for name in BINARIES:
+        for name in spec.binaries:
             # rename, never overwrite in place: a running dev-cluster may be executing the old file
             os.replace(partial / name, target / name)
         (target / STAMP_FILE).write_text(
-            json.dumps({**stamp, "buildDate": build_date}, indent=2) + "\n"
+            json.dumps({**spec.stamp, "buildDate": build_date}, indent=2) + "\n"
         )
     finally:
         shutil.rmtree(partial, ignore_errors=True)
-    progress(f"done in {_elapsed(started)}: {', '.join(BINARIES)} in {target}")
+    progress(f"done in {_elapsed(started)}: {', '.join(spec.binaries)} in {target}")
 
 
 def _run_go(

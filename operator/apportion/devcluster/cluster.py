@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 
-from apportion.devcluster import processes
+from apportion.devcluster import pki, processes
 from apportion.devcluster.build import Progress, ensure_built
 from apportion.devcluster.credentials import (
     new_token,
@@ -32,6 +32,7 @@ from apportion.devcluster.paths import DevClusterError, module_versions
 from apportion.devcluster.podsim.ipam import random_prefix
 from apportion.devcluster.podsim.objects import SIM_NODE_LABEL
 from apportion.devcluster.processes import ProcessRecord
+from apportion.devcluster.realnode import host, node
 from apportion.devcluster.state import (
     ClusterState,
     Layout,
@@ -49,11 +50,18 @@ CLOUD_CONTROLLERS = (
     "service-lb-controller",
 )
 SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: the first address of SERVICE_CIDR
 START_ATTEMPTS = 3  # a free port can be taken by someone else before we bind it
 READY_TIMEOUT = 90.0
 KEEP_STATE_ENV = "APPORTION_KEEP_STATE"
-# Stop order: the simulator first (it stops pod processes), etcd last.
-STOP_ORDER = (("podsim",), ("kube-controller-manager", "kube-apiserver"), ("etcd",))
+# Stop order: whatever runs pods first (the simulator stops its pod processes; after the kubelet,
+# the real node's pods are killed), then the node's services, etcd last.
+STOP_ORDER = (
+    ("podsim", "kubelet"),
+    ("kube-scheduler", "kube-proxy", "containerd"),
+    ("kube-controller-manager", "kube-apiserver"),
+    ("etcd",),
+)
 
 
 class KubectlError(subprocess.CalledProcessError):
@@ -65,12 +73,19 @@ class _AddressInUse(Exception):
     pass
 
 
-def _shutdown(records: Sequence[ProcessRecord], layout: Layout) -> None:
-    """Stop processes in dependency order, then delete the state directory (unless
-    APPORTION_KEEP_STATE is set, to read logs after a failure)."""
+def _shutdown(records: Sequence[ProcessRecord], layout: Layout, bin_dir: Path) -> None:
+    """Stop processes in dependency order, put the machine back as it was if a real node ran,
+    then delete the state directory (unless APPORTION_KEEP_STATE is set, to read logs after a
+    failure)."""
+    real_node = any(r.name == "kubelet" for r in records)
     for names in STOP_ORDER:
         processes.terminate([r for r in records if r.name in names])
+        if real_node and "kubelet" in names:
+            host.kill_pods()
     processes.terminate([r for r in records if not any(r.name in n for n in STOP_ORDER)])
+    record = host.load_record()
+    if record is not None and record.owner == str(layout.root):
+        host.clean_up(record, kube_proxy=bin_dir / "kube-proxy")
     if os.environ.get(KEEP_STATE_ENV):
         print(f"dev-cluster state kept in {layout.root} ({KEEP_STATE_ENV} is set)", file=sys.stderr)
     else:
@@ -87,7 +102,9 @@ class DevCluster:
         # A cluster this interpreter started attached is stopped at the latest when the
         # interpreter exits; one found through attach() is stopped only on request.
         self._finalizer = (
-            weakref.finalize(self, _shutdown, list(state.processes), layout) if owned else None
+            weakref.finalize(self, _shutdown, list(state.processes), layout, Path(state.bin_dir))
+            if owned
+            else None
         )
 
     # --- lifecycle --------------------------------------------------------------------------
@@ -98,6 +115,7 @@ class DevCluster:
         state_dir: Path | None = None,
         pod_simulator: bool = True,
         *,
+        real_node: bool = False,
         detach: bool = False,
         progress: Progress | None = None,
     ) -> DevCluster:
@@ -105,10 +123,19 @@ class DevCluster:
 
         state_dir: where data, logs, pod logs and the kubeconfig go; a fresh temporary directory
             when None. An existing directory must be empty or an earlier dev-cluster's.
+        real_node: run a real node (kubelet, containerd, kube-scheduler, kube-proxy,
+            metrics-server; see apportion.devcluster.realnode) instead of the pod simulator. It
+            needs root on Linux (`host.why_not` says what is missing) and there is one per machine.
         detach: leave the processes running after this interpreter exits (the CLI's `start`);
             otherwise they stop with it at the latest.
         """
         bin_dir = ensure_built(progress)
+        node_images: list[str] = []
+        if real_node:
+            reason = host.why_not()
+            if reason:
+                raise DevClusterError(f"no real node on this machine: {reason}")
+            node_images = node.prepare_images(progress or _say)
         version = module_versions().kubernetes
         if state_dir is None:
             layout = Layout(Path(tempfile.mkdtemp(prefix="apportion-dev-cluster-")))
@@ -133,9 +160,22 @@ class DevCluster:
         claim(layout)
         started: list[ProcessRecord] = []
         try:
-            state = _start_processes(layout, bin_dir, version, started, pod_simulator, detach)
+            if real_node:
+                clean_up_abandoned_node()  # its state directory goes too
+                host.claim_machine(
+                    layout.root, _node_owner_alive(), kube_proxy=bin_dir / "kube-proxy"
+                )
+            state = _start_processes(
+                layout,
+                bin_dir,
+                version,
+                started,
+                pod_simulator and not real_node,
+                detach,
+                node_images if real_node else None,
+            )
         except BaseException:
-            _shutdown(started, layout)
+            _shutdown(started, layout, bin_dir)
             raise
         return cls(layout, state, owned=not detach)
 
@@ -164,7 +204,7 @@ class DevCluster:
         if self._finalizer is not None:
             self._finalizer()
         else:
-            _shutdown(self._state.processes, self._layout)
+            _shutdown(self._state.processes, self._layout, self.bin_dir)
 
     def __enter__(self) -> DevCluster:
         return self
@@ -252,20 +292,28 @@ def _start_processes(
     started: list[ProcessRecord],
     pod_simulator: bool,
     detach: bool,
+    node_images: list[str] | None,
 ) -> ClusterState:
     """Start the components in order, appending each to `started` as soon as it exists so that a
-    failure anywhere stops what is already running."""
+    failure anywhere stops what is already running. With `node_images`, a real node runs them."""
+    real_node = node_images is not None
+    if real_node:
+        host.create_bridge()
+    # On a real node the API server listens on the bridge, where pods reach it through the
+    # `kubernetes` Service; otherwise on loopback only.
+    address = host.GATEWAY if real_node else "127.0.0.1"
+    cluster_pki = pki.make_cluster_pki(layout.pki, (address, SERVICE_IP))
     token = new_token()
     write_token_file(layout.token_file, token)
     write_service_account_key(layout.service_account_key)
     attached = not detach
 
-    def spawn(name: str, argv: list[str]) -> ProcessRecord:
+    def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> ProcessRecord:
         record = processes.spawn(
             name,
             argv,
             layout.logs / f"{name}.log",
-            env=dict(os.environ),
+            env=env or dict(os.environ),
             attached=attached,
             # The simulator gets the chance to stop its pod processes.
             orphan_signal=signal.SIGTERM if name == "podsim" else signal.SIGKILL,
@@ -274,8 +322,22 @@ def _start_processes(
         return record
 
     etcd_url = _retry_on_port_clash(lambda: _start_etcd(layout, bin_dir, spawn, started))
+    apiserver_flags = cluster_pki.apiserver_flags()
+    if not real_node:
+        apiserver_flags.append("--authorization-mode=RBAC")
+    else:
+        # The kubelet is a real node user: the Node authorizer and NodeRestriction confine it to
+        # its own Node and the objects of its own pods.
+        apiserver_flags += [
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--enable-aggregator-routing=true",
+        ]
     server = _retry_on_port_clash(
-        lambda: _start_apiserver(layout, bin_dir, etcd_url, token, spawn, started)
+        lambda: _start_apiserver(
+            layout, bin_dir, etcd_url, token, spawn, started, address, apiserver_flags
+        )
     )
     write_kubeconfig(layout.kubeconfig, server, token, layout.ca_file)
     spawn(
@@ -304,13 +366,20 @@ def _start_processes(
                 f"--kubelet-version={version}",
             ],
         )
-    state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=list(started))
-    save_state(layout, state)
+    state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=started)
+    save_state(layout, state)  # from here on, `stop` from another shell finds everything
+    if node_images is not None:
+        node.start_node(
+            layout.root, bin_dir, server, token, cluster_pki, spawn, _wait_until, node_images
+        )
+        save_state(layout, state)
 
     def settled() -> bool:
         account = f"{server}/api/v1/namespaces/default/serviceaccounts/default"
         if http_get(account, token=token, ca_file=layout.ca_file)[0] != 200:
             return False  # the controller-manager has not got going yet
+        if real_node:
+            return _metrics_api_available(server, token, layout.ca_file)
         if not pod_simulator:
             return True
         nodes = http_get_json(
@@ -320,8 +389,62 @@ def _start_processes(
         )
         return bool(nodes and nodes["items"]) and all(_node_ready(n) for n in nodes["items"])
 
-    _wait_until(settled, started, "the controller-manager and pod simulator")
+    if real_node:
+        _apply(bin_dir, layout.kubeconfig, node.metrics_server_manifest())
+    _wait_until(settled, started, "the controller-manager and the node")
     return state
+
+
+def _apply(bin_dir: Path, kubeconfig: Path, manifest: str) -> None:
+    result = subprocess.run(
+        [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
+        input=manifest,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise DevClusterError(f"kubectl apply failed: {result.stderr.strip()}")
+
+
+def _metrics_api_available(server: str, token: str, ca_file: Path) -> bool:
+    service = http_get_json(
+        f"{server}/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
+        token=token,
+        ca_file=ca_file,
+    )
+    return bool(service) and any(
+        c["type"] == "Available" and c["status"] == "True"
+        for c in service.get("status", {}).get("conditions", [])
+    )
+
+
+def clean_up_abandoned_node() -> str | None:
+    """If this machine's real node belongs to a dev-cluster whose processes are all gone, undo
+    what it left (see `host.clean_up`) and return its state directory."""
+    record = host.load_record()
+    if record is None or _node_owner_alive():
+        return None
+    layout = Layout(Path(record.owner))
+    state = load_state(layout)
+    if state is not None:
+        _shutdown(state.processes, layout, Path(state.bin_dir))  # also removes its directory
+    else:
+        host.clean_up(record)
+    return record.owner
+
+
+def _node_owner_alive() -> bool:
+    """Whether the dev-cluster that owns this machine's real node still runs."""
+    record = host.load_record()
+    if record is None:
+        return False
+    state = load_state(Layout(Path(record.owner)))
+    return state is not None and any(processes.is_running(r) for r in state.processes)
+
+
+def _say(message: str) -> None:
+    print(f"[dev-cluster] {message}", file=sys.stderr, flush=True)
 
 
 def _node_ready(node: dict) -> bool:
@@ -381,9 +504,11 @@ def _start_apiserver(
     token: str,
     spawn: Callable[[str, list[str]], ProcessRecord],
     started: list[ProcessRecord],
+    address: str,
+    extra_flags: list[str],
 ) -> str:
     (port,) = free_ports(1)
-    server = f"https://127.0.0.1:{port}"
+    server = f"https://{address}:{port}"
     record = spawn(
         "kube-apiserver",
         [
@@ -391,15 +516,15 @@ def _start_apiserver(
             f"--etcd-servers={etcd_url}",
             f"--cert-dir={layout.pki}",
             f"--secure-port={port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--allow-privileged=true",
-            "--authorization-mode=RBAC",
             f"--token-auth-file={layout.token_file}",
             f"--service-account-issuer={server}",
             f"--service-account-key-file={layout.service_account_key}",
             f"--service-account-signing-key-file={layout.service_account_key}",
+            *extra_flags,
         ],
     )
 

@@ -11,7 +11,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
+# The real node's Kubernetes half, built in the same `go build` from the same module so that its
+# version always matches the control plane's.
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+BINARIES = CONTROL_PLANE_BINARIES + NODE_BINARIES
 
 
 class DevClusterError(RuntimeError):

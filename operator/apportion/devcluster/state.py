@@ -45,8 +45,8 @@ class Layout:
 
     @property
     def ca_file(self) -> Path:
-        # kube-apiserver writes its self-signed serving cert here, the CA after the leaf.
-        return self.pki / "apiserver.crt"
+        # The cluster's own CA (apportion.devcluster.pki), which signed the serving certificate.
+        return self.pki / "ca.crt"
 
     @property
     def service_account_key(self) -> Path:
@@ -137,6 +137,28 @@ def claim(layout: Layout) -> None:
 
 
 def release(layout: Layout) -> None:
-    """Delete a state directory this harness made (checked by its marker)."""
-    if (layout.root / MARKER).exists():
-        shutil.rmtree(layout.root, ignore_errors=True)
+    """Delete a state directory this harness made (checked by its marker). Never through a
+    mount: a real node's pod volumes are mounted below it, and deleting into a bind mount would
+    delete what it shows."""
+    if not (layout.root / MARKER).exists():
+        return
+    mounted = mounts_under(layout.root)
+    if mounted:
+        raise DevClusterError(
+            f"{layout.root} still has {len(mounted)} mounts (e.g. {mounted[0]}); not deleting it: "
+            "`umount -R` them, then remove it"
+        )
+    shutil.rmtree(layout.root, ignore_errors=True)
+
+
+def mountpoints() -> list[str]:
+    """Every mount point of this mount namespace (mountinfo escapes spaces and the like as
+    octal, which unicode_escape undoes)."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return [line.split()[4].encode().decode("unicode_escape") for line in lines]
+
+
+def mounts_under(root: Path) -> list[str]:
+    """Mount points at or below `root`."""
+    prefix = str(root).rstrip("/") + "/"
+    return [p for p in mountpoints() if p == str(root) or p.startswith(prefix)]

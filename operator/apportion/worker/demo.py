@@ -39,6 +39,7 @@ from aiohttp import web
 from apportion.api.assignment import AssignmentTable, unit_order
 from apportion.engine.keys import get_scheme
 from apportion.worker import counters
+from apportion.worker.burn import CpuBurner
 from apportion.worker.handover import UnitSnapshot, UnitStateStore
 from apportion.worker.state import UnitRange
 from apportion.worker.worker import Worker
@@ -174,8 +175,15 @@ class DemoWorker:
         profile: LoadProfile | None = None,
         release_delay: float = 0.0,
         work_time: float = 0.0,
+        burn_millicores: float = 0.0,
     ) -> None:
         self.profile = profile or LoadProfile("uniform")
+        # With --burn-cpu, a unit's load is the CPU it really costs, not the profile's figure.
+        self.burner = (
+            CpuBurner(burn_millicores, lambda unit: self.profile.load(unit, self.rates))
+            if burn_millicores
+            else None
+        )
         self.release_delay = release_delay
         self.work_time = work_time
         self.rates = RequestRates()
@@ -206,10 +214,18 @@ class DemoWorker:
         )
 
     async def run(self) -> None:
-        async with self.worker as worker:
-            await worker.wait_drained()
+        if self.burner is not None:
+            self.burner.start()
+        try:
+            async with self.worker as worker:
+                await worker.wait_drained()
+        finally:
+            if self.burner is not None:
+                self.burner.stop()
 
     def unit_load(self, unit: str) -> float:
+        if self.burner is not None:
+            return self.burner.rate(unit)
         return self.profile.load(unit, self.rates)
 
     @property
@@ -260,6 +276,8 @@ class DemoWorker:
         token = self.worker.token(unit.unit)
         if token is not None:
             self.tokens[key] = token
+        if self.burner is not None:
+            self.burner.hold(frozenset({unit.unit}))
 
     async def _load(self, unit: UnitRange) -> counters.Counts:
         state = await self.store.load(self._table(), unit.count, unit.unit)
@@ -346,7 +364,11 @@ class DemoWorker:
         for unit in units:
             self.tokens.pop((count, unit), None)
             self.counters.pop((count, unit), None)
+            if any(u == unit for _, u in self.counters):
+                continue  # a split or merge already made a unit of that number of the new count
             self.rates.forget(unit)
+            if self.burner is not None:
+                self.burner.drop(frozenset({unit}))
 
     # ---------------------------------------------------------------------------------- HTTP
 

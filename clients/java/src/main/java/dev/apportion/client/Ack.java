@@ -1,0 +1,68 @@
+package dev.apportion.client;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ArrayNode;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.Set;
+import java.util.TreeSet;
+
+/**
+ * What a worker writes on its own Pod, annotation {@link AssignmentTable#ackAnnotation()}: "I am
+ * pod incarnation {@code uid}; I have processed table {@code epoch}; every unit that table marks
+ * releasing from me has been released, except {@code pending}."
+ */
+public record Ack(String uid, long epoch, Set<String> pending, boolean draining) {
+  private static final ObjectMapper JSON = new ObjectMapper();
+
+  public Ack {
+    pending = Set.copyOf(pending);
+  }
+
+  /** The annotation value: compact JSON, pending in unit order. */
+  public String toAnnotation() {
+    ObjectNode doc = JSON.createObjectNode();
+    doc.put("uid", uid);
+    doc.put("epoch", epoch);
+    ArrayNode units = doc.putArray("pending");
+    TreeSet<String> ordered = new TreeSet<>(Units.ORDER);
+    ordered.addAll(pending);
+    ordered.forEach(units::add);
+    doc.put("draining", draining);
+    return doc.toString();
+  }
+
+  public static Ack fromAnnotation(String text) throws AssignmentFormatException {
+    JsonNode doc;
+    try {
+      doc = JSON.readTree(text);
+    } catch (java.io.IOException e) {
+      throw new AssignmentFormatException("ack annotation is not JSON: " + e.getMessage());
+    }
+    if (doc == null || !doc.isObject()) {
+      throw new AssignmentFormatException("ack annotation must be a JSON object");
+    }
+    Set<String> pending = new TreeSet<>();
+    JsonNode list = doc.path("pending");
+    if (!list.isMissingNode()) {
+      if (!list.isArray()) {
+        throw new AssignmentFormatException("ack annotation: pending must be a list of unit names");
+      }
+      for (JsonNode unit : list) {
+        if (!unit.isTextual()) {
+          throw new AssignmentFormatException("ack annotation: pending must be a list of unit names");
+        }
+        pending.add(unit.asText());
+      }
+    }
+    JsonNode draining = doc.path("draining");
+    if (!draining.isMissingNode() && !draining.isBoolean()) {
+      throw new AssignmentFormatException("ack annotation: draining must be a boolean");
+    }
+    return new Ack(
+        Json.string(doc.get("uid"), "ack annotation: uid"),
+        Json.count(doc.get("epoch"), "ack annotation: epoch"),
+        pending,
+        draining.asBoolean(false));
+  }
+}

@@ -1,0 +1,503 @@
+package dev.apportion.client;
+
+import com.fasterxml.jackson.databind.ObjectMapper;
+import com.fasterxml.jackson.databind.node.ObjectNode;
+import io.fabric8.kubernetes.api.model.ConfigMap;
+import io.fabric8.kubernetes.api.model.Pod;
+import io.fabric8.kubernetes.client.KubernetesClient;
+import io.fabric8.kubernetes.client.KubernetesClientBuilder;
+import io.fabric8.kubernetes.client.KubernetesClientException;
+import io.fabric8.kubernetes.client.dsl.base.PatchContext;
+import io.fabric8.kubernetes.client.dsl.base.PatchType;
+import io.fabric8.kubernetes.client.informers.ResourceEventHandler;
+import io.fabric8.kubernetes.client.informers.SharedIndexInformer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+
+/**
+ * A worker pod's side of one PartitionSet or ShardSet: follows the set's assignment table
+ * through the API server, applies the worker rule of docs/handoff.md through {@link Callbacks},
+ * and acknowledges releases on its own Pod. The Java counterpart of the Python
+ * apportion.worker.Worker (docs/java-client.md).
+ *
+ * <pre>{@code
+ * Worker worker = Worker.fromEnvironment("PartitionSet", "orders", callbacks);
+ * worker.start();
+ * worker.installShutdownHook();        // SIGTERM: drain through the hand-off, then exit
+ * // per request: String unit = worker.unitOf(orderId);
+ * //   if (worker.owns(unit)) serve, writing with worker.token(unit) as fencing token
+ * }</pre>
+ *
+ * <p>Threads: the informer's thread decodes tables; one worker thread runs the callbacks, one
+ * transition at a time (revocations, then releases, then acquisitions), and writes acks.
+ * Fencing ({@link #owns}) follows each table the moment it arrives, before any callback runs.
+ */
+public final class Worker implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(Worker.class.getName());
+  private static final ObjectMapper JSON = new ObjectMapper();
+  private static final int INCOMPLETE_ATTEMPTS = 5;
+  private static final Duration RETRY = Duration.ofMillis(200);
+  private static final Duration ACQUIRE_RETRY = Duration.ofSeconds(1);
+  private static final Duration DRAIN_MARGIN = Duration.ofSeconds(2);
+
+  /** What the application does when units come and go; {@code epoch} is the table's. */
+  public interface Callbacks {
+    /** Start serving: load state. Throwing leaves the units unserved until a later table. */
+    default void onAcquire(Set<String> units, long epoch) throws Exception {}
+
+    /** Take no new work, finish or hand over what is in flight; the ack follows the return. */
+    default void onRelease(Set<String> units, long epoch) throws Exception {}
+
+    /** Taken away without a hand-off (or the worker closes): drop at once. Default: onRelease. */
+    default void onRevoke(Set<String> units, long epoch) throws Exception {
+      onRelease(units, epoch);
+    }
+
+    /**
+     * The unit count grew (keyScheme apportion, docs/resharding.md): cut the parent's in-memory
+     * state into the children, in place. Not overridden (or throwing): the parents are revoked
+     * and the children acquired afresh through onAcquire.
+     */
+    default void onSplit(UnitRange parent, List<UnitRange> children, long epoch) throws Exception {
+      throw new UnsupportedOperationException("no split callback");
+    }
+
+    /**
+     * The unit count shrank: join the state of the {@code held} siblings into {@code merged},
+     * loading the {@code missing} ones as an acquire would. Not overridden (or throwing): as for
+     * onSplit.
+     */
+    default void onMerge(UnitRange merged, List<UnitRange> held, List<UnitRange> missing, long epoch)
+        throws Exception {
+      throw new UnsupportedOperationException("no merge callback");
+    }
+  }
+
+  private final KubernetesClient client;
+  private final boolean ownsClient;
+  private final String namespace;
+  private final String podName;
+  private final String rootName;
+  private final String setKind;
+  private final String setName;
+  private final Callbacks callbacks;
+  private final Object lock = new Object();
+  private WorkerState state;
+  private Duration grace = Duration.ofSeconds(30);
+  private SharedIndexInformer<ConfigMap> informer;
+  private Thread loop;
+  private volatile boolean closed;
+  private boolean fenced;
+
+  public Worker(
+      KubernetesClient client,
+      String setKind,
+      String setName,
+      String namespace,
+      String podName,
+      Callbacks callbacks) {
+    this(client, false, setKind, setName, namespace, podName, callbacks);
+  }
+
+  private Worker(
+      KubernetesClient client,
+      boolean ownsClient,
+      String setKind,
+      String setName,
+      String namespace,
+      String podName,
+      Callbacks callbacks) {
+    this.client = client;
+    this.ownsClient = ownsClient;
+    this.setKind = setKind;
+    this.setName = setName;
+    this.namespace = namespace;
+    this.podName = podName;
+    this.callbacks = callbacks;
+    this.rootName = Names.assignmentConfigMap(setKind, setName);
+  }
+
+  /** A worker for this pod ({@code POD_NAME}, {@code POD_NAMESPACE} from the downward API), with
+   * a client from in-cluster config or {@code KUBECONFIG}. */
+  public static Worker fromEnvironment(String setKind, String setName, Callbacks callbacks) {
+    String pod = System.getenv("POD_NAME");
+    String namespace = System.getenv("POD_NAMESPACE");
+    if (pod == null || namespace == null) {
+      throw new IllegalStateException("POD_NAME and POD_NAMESPACE must be set (downward API)");
+    }
+    KubernetesClient client = new KubernetesClientBuilder().build();
+    return new Worker(client, true, setKind, setName, namespace, pod, callbacks);
+  }
+
+  /**
+   * Reads its own Pod (uid, grace period, an ack left by an earlier process of this pod), reads
+   * the table (a quorum read), then follows it; returns once the first table was handled.
+   */
+  public void start() {
+    Pod pod = client.pods().inNamespace(namespace).withName(podName).get();
+    if (pod == null) {
+      throw new IllegalStateException("pod " + namespace + "/" + podName + " does not exist");
+    }
+    Incarnation me = new Incarnation(podName, pod.getMetadata().getUid());
+    Long seconds = pod.getSpec().getTerminationGracePeriodSeconds();
+    if (seconds != null) {
+      grace = Duration.ofSeconds(seconds);
+    }
+    synchronized (lock) {
+      state = new WorkerState(me, setKind, namespace, setName);
+      Map<String, String> annotations = pod.getMetadata().getAnnotations();
+      String left = annotations == null ? null : annotations.get(Names.ackAnnotation(setKind, setName));
+      if (left != null) {
+        try {
+          state.ackWritten(Ack.fromAnnotation(left));
+        } catch (AssignmentFormatException e) {
+          LOG.warning("ignoring the ack annotation on my pod: " + e.getMessage());
+        }
+      }
+    }
+    ConfigMap root = client.configMaps().inNamespace(namespace).withName(rootName).get();
+    if (root != null) {
+      handle(root);
+    }
+    loop = new Thread(this::run, "apportion-worker-" + setName);
+    loop.setDaemon(true);
+    loop.start();
+    informer =
+        client
+            .configMaps()
+            .inNamespace(namespace)
+            .withName(rootName)
+            .inform(
+                new ResourceEventHandler<>() {
+                  @Override
+                  public void onAdd(ConfigMap cm) {
+                    handle(cm);
+                  }
+
+                  @Override
+                  public void onUpdate(ConfigMap old, ConfigMap cm) {
+                    handle(cm);
+                  }
+
+                  @Override
+                  public void onDelete(ConfigMap cm, boolean unknown) {
+                    // Garbage collection after the set's deletion, or a mistake: the last table
+                    // stands (nobody else is granted its units).
+                    LOG.warning("assignment ConfigMap " + rootName + " was deleted");
+                  }
+                });
+  }
+
+  /** Decodes a root ConfigMap (fetching its chunks) and hands the table to the state. */
+  private void handle(ConfigMap root) {
+    for (int attempt = 0; attempt < INCOMPLETE_ATTEMPTS && root != null; attempt++) {
+      try {
+        List<ConfigMapPayload> parts = new ArrayList<>();
+        ConfigMapPayload payload = payload(root);
+        parts.add(payload);
+        for (String suffix : AssignmentCodec.chunkSuffixes(payload)) {
+          ConfigMap chunk = client.configMaps().inNamespace(namespace).withName(rootName + suffix).get();
+          if (chunk == null) {
+            throw new IncompleteAssignmentException("chunk ConfigMap " + rootName + suffix + " is missing");
+          }
+          parts.add(payload(chunk));
+        }
+        receive(AssignmentCodec.decode(parts));
+        return;
+      } catch (IncompleteAssignmentException e) {
+        // A newer root replaced this one (and its chunks) while we read: read it again.
+        LOG.fine("assignment " + rootName + " incomplete (" + e.getMessage() + "); reading it again");
+        sleep(RETRY.multipliedBy(attempt + 1));
+        root = client.configMaps().inNamespace(namespace).withName(rootName).get();
+      } catch (AssignmentFormatException e) {
+        LOG.severe("ignoring invalid assignment in ConfigMap " + rootName + ": " + e.getMessage());
+        return;
+      }
+    }
+  }
+
+  private ConfigMapPayload payload(ConfigMap cm) throws AssignmentFormatException {
+    return ConfigMapPayload.of(cm.getMetadata().getName(), rootName, cm.getData(), cm.getBinaryData());
+  }
+
+  private void receive(AssignmentTable table) {
+    synchronized (lock) {
+      if (state.receive(table)) {
+        lock.notifyAll();
+      }
+    }
+  }
+
+  /** The worker thread: one transition at a time, then the ack it makes due. */
+  private void run() {
+    while (!closed) {
+      WorkerState.Transition t;
+      Ack ack = null;
+      synchronized (lock) {
+        t = state.nextTransition();
+        if (t == null) {
+          ack = fenced ? null : state.ackDue();
+          if (ack == null) {
+            lock.notifyAll();
+            try {
+              lock.wait();
+            } catch (InterruptedException e) {
+              return;
+            }
+            continue;
+          }
+        }
+      }
+      if (t != null) {
+        transition(t);
+      } else {
+        writeAck(ack);
+      }
+    }
+  }
+
+  private void transition(WorkerState.Transition t) {
+    if (!t.stop().isEmpty()) {
+      call("onRevoke", () -> callbacks.onRevoke(t.stop(), t.epoch()));
+      synchronized (lock) {
+        state.stopped(t.stop());
+      }
+    }
+    if (t.resharding() != null) {
+      reshard(t.resharding(), t.epoch());
+    }
+    if (!t.release().isEmpty()) {
+      call("onRelease", () -> callbacks.onRelease(t.release(), t.epoch()));
+      synchronized (lock) {
+        state.released(t.release());
+      }
+    }
+    if (!t.acquire().isEmpty()) {
+      boolean ok = call("onAcquire", () -> callbacks.onAcquire(t.acquire(), t.epoch()));
+      if (!ok) {
+        sleep(ACQUIRE_RETRY);
+      }
+      synchronized (lock) {
+        state.acquired(t.acquire(), ok);
+      }
+    }
+  }
+
+  private void reshard(Resharding change, long epoch) {
+    Set<String> units = change.carried().keySet();
+    boolean ok = true;
+    try {
+      if (change.split()) {
+        for (Map.Entry<UnitRange, List<UnitRange>> e : change.splits().entrySet()) {
+          callbacks.onSplit(e.getKey(), e.getValue(), epoch);
+        }
+      } else {
+        for (Resharding.Merge m : change.merges()) {
+          callbacks.onMerge(m.merged(), m.held(), m.missing(), epoch);
+        }
+      }
+    } catch (UnsupportedOperationException e) {
+      ok = false;
+      LOG.info("resharding " + change.fromCount() + " -> " + change.toCount() + ": " + e.getMessage()
+          + "; acquiring afresh");
+    } catch (Exception e) {
+      ok = false;
+      LOG.log(Level.WARNING, "resharding " + change.fromCount() + " -> " + change.toCount()
+          + " failed; acquiring afresh", e);
+    }
+    if (!ok) {
+      // Acquire afresh: the old units' state goes, the new units come through onAcquire.
+      Set<String> old = new java.util.TreeSet<>(Units.ORDER);
+      change.carried().values().forEach(old::addAll);
+      call("onRevoke", () -> callbacks.onRevoke(old, epoch));
+    }
+    synchronized (lock) {
+      state.resharded(units, ok);
+    }
+  }
+
+  private interface Call {
+    void run() throws Exception;
+  }
+
+  private static boolean call(String name, Call call) {
+    try {
+      call.run();
+      return true;
+    } catch (Exception e) {
+      LOG.log(Level.SEVERE, name + " threw", e);
+      return false;
+    }
+  }
+
+  /**
+   * A JSON merge patch of the ack annotation on this very Pod, carrying its uid: a patch from an
+   * earlier incarnation of the pod name is then refused (422, uid is immutable).
+   */
+  private void writeAck(Ack ack) {
+    String key;
+    String uid;
+    synchronized (lock) {
+      AssignmentTable view = state.view();
+      key = view != null ? view.ackAnnotation() : Names.ackAnnotation(setKind, setName);
+      uid = ack.uid();
+    }
+    ObjectNode patch = JSON.createObjectNode();
+    ObjectNode metadata = patch.putObject("metadata");
+    metadata.put("uid", uid);
+    metadata.putObject("annotations").put(key, ack.toAnnotation());
+    try {
+      client
+          .pods()
+          .inNamespace(namespace)
+          .withName(podName)
+          .patch(PatchContext.of(PatchType.JSON_MERGE), patch.toString());
+      synchronized (lock) {
+        state.ackWritten(ack);
+        lock.notifyAll();
+      }
+    } catch (KubernetesClientException e) {
+      if (e.getCode() == 422 || e.getCode() == 409 || e.getCode() == 404) {
+        // This pod incarnation is gone (deleted, or replaced under the same name, whose uid the
+        // server refuses to change): its deletion is the fence; it must not ack for its successor.
+        LOG.severe("pod " + podName + " uid " + uid + " is gone; no more acks: " + e.getMessage());
+        synchronized (lock) {
+          fenced = true;
+          lock.notifyAll();
+        }
+      } else {
+        LOG.warning("writing the ack failed, retrying: " + e.getMessage());
+        sleep(RETRY.multipliedBy(5));
+      }
+    }
+  }
+
+  /** Whether to take new work for {@code unit} now (see {@link WorkerState#owns}). */
+  public boolean owns(String unit) {
+    synchronized (lock) {
+      return state != null && state.owns(unit);
+    }
+  }
+
+  /** The fencing token of a unit this process holds, or null: pass it to stores that reject
+   * writes under older tokens. */
+  public Long token(String unit) {
+    synchronized (lock) {
+      return state == null ? null : state.token(unit);
+    }
+  }
+
+  /** Units this process takes new work for now. */
+  public Set<String> myUnits() {
+    synchronized (lock) {
+      return state == null ? Set.of() : Set.copyOf(state.myUnits());
+    }
+  }
+
+  /** The newest table received, or null before the first. */
+  public AssignmentTable table() {
+    synchronized (lock) {
+      return state == null ? null : state.view();
+    }
+  }
+
+  /** The unit of a key under the newest table's key scheme and count. */
+  public String unitOf(String key) {
+    AssignmentTable table = table();
+    if (table == null) {
+      throw new IllegalStateException("no assignment table yet");
+    }
+    return table.unitOf(key);
+  }
+
+  /** Asks the operator to move every unit away (the ack says {@code draining: true}); the units
+   * go through the normal hand-off. */
+  public void drain() {
+    synchronized (lock) {
+      state.startDraining();
+      lock.notifyAll();
+    }
+  }
+
+  /** Waits until nothing is held or granted and every release is acknowledged; whether it got
+   * there within {@code timeout}. */
+  public boolean awaitDrained(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    synchronized (lock) {
+      while (!(state.drained() || fenced)) {
+        long left = deadline - System.nanoTime();
+        if (left <= 0) {
+          return false;
+        }
+        lock.wait(Math.max(1, left / 1_000_000));
+      }
+      return true;
+    }
+  }
+
+  /** On SIGTERM (the JVM's shutdown): drain, wait until drained or the pod's grace period less a
+   * margin is over, then close. */
+  public void installShutdownHook() {
+    Runtime.getRuntime()
+        .addShutdownHook(
+            new Thread(
+                () -> {
+                  drain();
+                  try {
+                    if (!awaitDrained(grace.minus(DRAIN_MARGIN))) {
+                      LOG.warning("grace period over before every unit was handed off");
+                    }
+                  } catch (InterruptedException e) {
+                    Thread.currentThread().interrupt();
+                  }
+                  close();
+                },
+                "apportion-drain-" + setName));
+  }
+
+  /** Stops following the table; units still held are revoked, without an ack: the pod's
+   * deletion is their fence. */
+  @Override
+  public void close() {
+    if (closed) {
+      return;
+    }
+    closed = true;
+    if (informer != null) {
+      informer.close();
+    }
+    if (loop != null) {
+      loop.interrupt();
+      try {
+        loop.join(Duration.ofSeconds(5).toMillis());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    }
+    Set<String> left;
+    long epoch;
+    synchronized (lock) {
+      left = state == null ? Set.of() : state.dropAll();
+      epoch = state == null ? 0 : state.epoch();
+    }
+    if (!left.isEmpty()) {
+      call("onRevoke", () -> callbacks.onRevoke(left, epoch));
+    }
+    if (ownsClient) {
+      client.close();
+    }
+  }
+
+  private static void sleep(Duration duration) {
+    try {
+      Thread.sleep(duration.toMillis());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+}

@@ -1,0 +1,264 @@
+"""On the real node: pods are real containers from the image built here, started by a kubelet,
+reaching the API server through the `kubernetes` Service with verified TLS as their own
+ServiceAccount; the operator is installed from its manifests as a user would, and the demo
+workers follow its placement as containers, with SIGTERM and grace periods from the kubelet.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import subprocess
+import textwrap
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from apportion.devcluster import DevCluster
+from apportion.devcluster.realnode.images import IMAGE, for_real_node
+from apportion.devcluster.realnode.node import NODE_NAME
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM = "apportion-system"
+RESTRICTED = {
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+# Run inside a container: a SelfSubjectReview through the `kubernetes` Service, with the pod's
+# projected token and the cluster CA (TLS verified), printing the review's status.
+WHO_AM_I = textwrap.dedent(
+    """
+    import json, os, ssl, urllib.request
+    account = "/var/run/secrets/kubernetes.io/serviceaccount"
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = os.environ["KUBERNETES_SERVICE_PORT"]
+    request = urllib.request.Request(
+        f"https://{host}:{port}/apis/authentication.k8s.io/v1/selfsubjectreviews",
+        data=json.dumps({"apiVersion": "authentication.k8s.io/v1",
+                         "kind": "SelfSubjectReview"}).encode(),
+        headers={"Authorization": "Bearer " + open(account + "/token").read(),
+                 "Content-Type": "application/json"},
+        method="POST",
+    )
+    context = ssl.create_default_context(cafile=account + "/ca.crt")
+    print(json.dumps(json.load(urllib.request.urlopen(request, context=context))["status"]))
+    """
+)
+
+
+@pytest.fixture
+def real_namespace(real_cluster: DevCluster) -> Iterator[str]:
+    """A namespace that enforces the `restricted` Pod Security Standard."""
+    name = f"real-{secrets.token_hex(3)}"
+    real_cluster.kubectl("create", "namespace", name)
+    real_cluster.kubectl(
+        "label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    yield name
+    real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def who_am_i(cluster: DevCluster, namespace: str, pod: str) -> dict[str, Any]:
+    result = cluster.kubectl("exec", "-n", namespace, pod, "--", "python3", "-c", WHO_AM_I)
+    return json.loads(result.stdout)
+
+
+def test_the_node_is_a_real_kubelet_with_its_own_identity(real_cluster: DevCluster) -> None:
+    node = json.loads(real_cluster.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
+    info = node["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == "v1.36.3"
+    assert info["containerRuntimeVersion"].startswith("containerd://2.")
+    ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
+    assert ready == "True"
+    # The kubelet is confined by the Node authorizer: it may read its own Node, not change
+    # another's; the admin token is not what it uses.
+    kubelet_kubeconfig = yaml.safe_load(
+        (real_cluster.state_dir / "node" / "kubeconfigs" / "kubelet.yaml").read_text()
+    )
+    assert "token" not in kubelet_kubeconfig["users"][0]["user"]
+    as_node = real_cluster.kubectl(
+        "auth",
+        "can-i",
+        "delete",
+        "nodes",
+        f"--as=system:node:{NODE_NAME}",
+        "--as-group=system:nodes",
+        check=False,
+    )
+    assert as_node.stdout.strip() == "no"
+
+
+def test_a_pod_reaches_the_api_server_as_its_service_account(
+    real_cluster: DevCluster, real_namespace: str, wait_for: Callable[..., Any]
+) -> None:
+    kubectl = real_cluster.kubectl
+    kubectl("create", "serviceaccount", "probe", "-n", real_namespace)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": real_namespace},
+        "spec": {
+            "serviceAccountName": "probe",
+            "containers": [
+                {
+                    "name": "probe",
+                    "image": IMAGE,
+                    "command": ["sh", "-c", "echo serving; exec python3 -m http.server 8080"],
+                    "workingDir": "/opt/apportion",
+                    "ports": [{"containerPort": 8080}],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1},
+                    "securityContext": RESTRICTED,
+                }
+            ],
+        },
+    }
+    kubectl("apply", "-f", "-", input=json.dumps(pod))  # accepted under `restricted`
+    kubectl("wait", "-n", real_namespace, "--for=condition=Ready", "pod/probe", "--timeout=60s")
+
+    status = who_am_i(real_cluster, real_namespace, "probe")  # exec works
+    assert status["userInfo"]["username"] == f"system:serviceaccount:{real_namespace}:probe"
+    assert status["userInfo"]["extra"]["authentication.kubernetes.io/node-name"] == [NODE_NAME]
+    wait_for(
+        lambda: "serving" in kubectl("logs", "-n", real_namespace, "probe").stdout,
+        message="kubectl logs never showed the container's output",
+    )
+    assert _through_port_forward(real_cluster, real_namespace, "pod/probe", 8080) == 200
+
+
+def _through_port_forward(cluster: DevCluster, namespace: str, target: str, port: int) -> int:
+    forward = subprocess.Popen(
+        [str(cluster.bin_dir / "kubectl"), "port-forward", "-n", namespace, target, f":{port}"],
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert forward.stdout is not None
+        line = forward.stdout.readline()  # "Forwarding from 127.0.0.1:NNNNN -> 8080"
+        local = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert local, f"kubectl port-forward said {line!r}"
+        with urllib.request.urlopen(f"http://127.0.0.1:{local.group(1)}/", timeout=10) as answer:
+            return int(answer.status)
+    finally:
+        forward.terminate()
+        forward.wait()
+
+
+@pytest.fixture(scope="module")
+def installed_operator(real_cluster: DevCluster) -> DevCluster:
+    """The operator as a user installs it, from the image built here."""
+    overlay = REPO / "tests" / "e2e" / "overlays" / "local-image"
+    real_cluster.kubectl("apply", "-k", str(overlay))
+    real_cluster.kubectl(
+        "rollout", "status", "-n", SYSTEM, "statefulset/apportion-operator", "--timeout=180s"
+    )
+    return real_cluster
+
+
+def _pods(cluster: DevCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    listing = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
+    return json.loads(listing.stdout)["items"]
+
+
+def test_the_operator_runs_from_its_manifests_as_a_restricted_pod_pair(
+    installed_operator: DevCluster,
+) -> None:
+    pods = _pods(installed_operator, SYSTEM, "app.kubernetes.io/name=apportion-operator")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["spec"]["nodeName"] == NODE_NAME
+        assert pod["spec"]["serviceAccountName"] == "apportion-operator"
+        (container,) = pod["spec"]["containers"]
+        assert container["image"] == IMAGE
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+        (status,) = pod["status"]["containerStatuses"]
+        assert status["ready"] is True and "running" in status["state"]
+        assert status["restartCount"] == 0
+    labels = json.loads(
+        installed_operator.kubectl("get", "namespace", SYSTEM, "-o", "json").stdout
+    )["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def sample(name: str) -> str:
+    return for_real_node((REPO / "manifests" / "samples" / name).read_text())
+
+
+def _condition(resource: dict[str, Any], kind: str) -> str | None:
+    for condition in resource.get("status", {}).get("conditions", []):
+        if condition["type"] == kind:
+            return str(condition["status"])
+    return None
+
+
+def _assignment(cluster: DevCluster, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
+
+
+def test_demo_workers_follow_the_placement_as_containers_and_hand_off_on_sigterm(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    cluster = installed_operator
+    namespace = f"demo-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample("partitionset-demo.yaml"))
+
+        def balanced_over(members: int) -> dict[str, Any] | None:
+            pset = _assignment(cluster, namespace, "partitionset", "demo")
+            status = pset.get("status", {})
+            if _condition(pset, "Balanced") != "True" or _condition(pset, "Ready") != "True":
+                return None
+            return status if status.get("members") == members else None
+
+        wait_for(lambda: balanced_over(4), timeout=180, message="demo never Balanced on 4 pods")
+        status = who_am_i(cluster, namespace, "demo-workers-0")
+        assert status["userInfo"]["username"] == (f"system:serviceaccount:{namespace}:demo-workers")
+
+        # Scale in: the kubelet sends SIGTERM to demo-workers-3, which drains its partitions
+        # through hand-offs before it exits.
+        cluster.kubectl("scale", "-n", namespace, "statefulset/demo-workers", "--replicas=3")
+        wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced on 3 pods")
+        served = _served_by_pod(cluster, namespace)
+        assert set(served) == {f"demo-workers-{i}" for i in range(3)}
+        assert sorted(u for units in served.values() for u in units) == sorted(
+            str(u) for u in range(32)
+        )
+        # The drained pod acknowledged every hand-off: none was forced by a timeout.
+        events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+        reasons = {e["reason"] for e in json.loads(events)["items"]}
+        assert "HandoffTimedOut" not in reasons
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _served_by_pod(cluster: DevCluster, namespace: str) -> dict[str, list[str]]:
+    """What each worker says it serves (GET /units inside its container)."""
+    served = {}
+    for pod in _pods(cluster, namespace, "app=demo-workers"):
+        name = pod["metadata"]["name"]
+        answer = cluster.kubectl(
+            "exec",
+            "-n",
+            namespace,
+            name,
+            "--",
+            "python3",
+            "-c",
+            "import urllib.request;"
+            "print(urllib.request.urlopen('http://127.0.0.1:8080/units').read().decode())",
+        )
+        served[name] = list(json.loads(answer.stdout)["units"])
+    return served

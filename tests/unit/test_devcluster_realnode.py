@@ -1,0 +1,53 @@
+"""The real node's static parts: which Go programs it builds, and that the image names the
+manifests, the overlay and the image builder use agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from apportion.devcluster.realnode import images
+from apportion.devcluster.realnode.tools import CONTAINERD, METRICS_SERVER, tool_build
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_node_tools_build_the_pinned_versions_of_their_commands() -> None:
+    containerd = tool_build(CONTAINERD)
+    assert containerd.targets == tuple(
+        f"github.com/containerd/containerd/v2/cmd/{name}"
+        for name in ("containerd", "containerd-shim-runc-v2", "ctr")
+    )
+    go_mod = (containerd.module / "go.mod").read_text()
+    assert f"github.com/containerd/containerd/v2 {containerd.stamp['containerd']}" in go_mod
+    assert containerd.directory.name == f"containerd-{containerd.stamp['containerd']}"
+    metrics_server = tool_build(METRICS_SERVER)
+    assert metrics_server.targets == ("sigs.k8s.io/metrics-server/cmd/metrics-server",)
+    assert metrics_server.stamp["metrics-server"] == "v0.8.0"
+
+
+def test_the_published_image_is_the_one_the_manifests_name() -> None:
+    base = yaml.safe_load((REPO / "manifests" / "kustomization.yaml").read_text())
+    (image,) = base["images"]
+    assert f"{image['newName']}:{image['newTag']}" == images.PUBLISHED_IMAGE
+
+
+def test_the_local_overlay_swaps_only_the_image_for_the_local_build() -> None:
+    overlay = yaml.safe_load(
+        (REPO / "tests" / "e2e" / "overlays" / "local-image" / "kustomization.yaml").read_text()
+    )
+    assert overlay["resources"] == ["../../../../manifests"]
+    assert set(overlay) == {"apiVersion", "kind", "resources", "images"}
+    (image,) = overlay["images"]
+    assert image["name"] == images.PUBLISHED_IMAGE.split(":")[0]
+    assert f"{image['newName']}:{image['newTag']}" == images.IMAGE
+
+
+def test_every_sample_runs_the_local_image_on_the_real_node() -> None:
+    for path in sorted((REPO / "manifests" / "samples").glob("*.yaml")):
+        local = images.for_real_node(path.read_text())
+        for document in yaml.safe_load_all(local):
+            spec = (document or {}).get("spec", {}).get("template", {}).get("spec", {})
+            for container in spec.get("containers", []):
+                assert container["image"] == images.IMAGE, (path.name, container["name"])
