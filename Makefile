@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps node-deps java-deps controlplane image demo test unit e2e java bench lint \
-	crds tutorial-pictures
+.PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test \
+	unit e2e java bench lint crds monitoring tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -35,16 +35,25 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
+# Builds the Go tools the tests run (promtool) once per version into ~/.cache/apportion/tools.
+tools: setup
+	$(BIN)/apportion dev-cluster tools
+
+# The Kafka broker's jars (Maven, integrations/kafka/pom.xml) into ~/.cache/apportion/kafka, for
+# the Kafka e2e test and benchmark; a no-op when they are cached.
+kafka-jars:
+	sh integrations/kafka/fetch-jars.sh
+
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane java
+test: controlplane tools java kafka-jars
 	$(BIN)/pytest tests
 
 unit: setup
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane java
+e2e: controlplane tools java kafka-jars
 	$(BIN)/pytest tests/e2e
 
 # The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
@@ -57,14 +66,18 @@ java-deps:
 java: java-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml verify
 
-bench: setup
+bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py
 
 lint: setup
-	$(BIN)/ruff check operator tests bench conformance
+	$(BIN)/ruff check operator tests bench conformance integrations
 
 crds: setup
 	$(BIN)/apportion crds --output crds
+
+# manifests/monitoring/prometheusrule.yaml from manifests/monitoring/rules.yaml.
+monitoring: setup
+	$(BIN)/python scripts/prometheus_rule.py
 
 # The pictures of docs/tutorial.md: the simulator's per-pod load over the tutorial's scenarios,
 # on the demo's fleet (32 partitions, 4 pods). Seeded: the same command draws the same pictures.

@@ -52,6 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in item.path.parents:
             item.add_marker(pytest.mark.e2e)
+    # One real node per machine: the tests that start and kill their own (the clean-up tests)
+    # run before the session's shared real node starts, and the tests on that node run last,
+    # so it is up for as short a time as possible beside the simulator's clusters.
+    items.sort(key=_real_node_order)
+
+
+def _real_node_order(item: pytest.Item) -> int:
+    if "real_cluster" in getattr(item, "fixturenames", ()):
+        return 2
+    return 1 if item.path.name == "test_real_node_cleanup.py" else 0
 
 
 @pytest.fixture(scope="session")

@@ -100,6 +100,11 @@ def pair(dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path
 
         wait_for(lambda: "operator-standby" in peers(), 60, "the standby joining the peering")
         assert peers()["operator-standby"]["priority"] < peers()["operator-active"]["priority"]
+        # /metrics: one leader, and only it reports the set
+        wait_for(lambda: active.samples("apportion_operator_leader") == [1], 30, "active leads")
+        assert standby.samples("apportion_operator_leader") == [0]
+        assert active.samples("apportion_operator_table_epoch")
+        assert not standby.samples("apportion_operator_table_epoch")
         return Pair(active, standby)
 
     yield start
@@ -150,7 +155,15 @@ def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> 
     before, resumed, after = pair.standby.text().partition("Resuming operations")
     assert resumed and "Published epoch" not in before, "the standby waited its turn"
     assert "Published epoch" in after
+    assert pair.standby.samples("apportion_operator_leader") == [1]
+    assert pair.standby.samples("apportion_operator_table_epoch") == [
+        done_epoch(kubectl, namespace)
+    ]
     return done
+
+
+def done_epoch(kubectl, namespace: str) -> float:
+    return float(get(kubectl, namespace, "pset", "ha")["status"]["epoch"])
 
 
 def test_standby_finishes_a_hand_off_acknowledged_while_no_operator_runs(

@@ -4,7 +4,8 @@ back exactly as it was.
 
 The machine's state is read here, straight from the kernel's files and the iptables tools, not
 through apportion's own leftover check, so the test does not share that code's blind spots.
-Runs before any other test starts the session's real node (one real node per machine).
+Runs before the session's shared real node starts (one real node per machine; the order is
+set in conftest.py).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -25,6 +26,7 @@ from apportion.api.assignment import (
     decode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
+from apportion.devcluster.net import free_port, http_get
 
 API = "apportion.dev/v1alpha1"
 
@@ -44,7 +46,9 @@ class Operator:
     ) -> None:
         self.log = log
         self.identity = identity
+        self.metrics_port = free_port()
         args = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
+        args += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
         if peering:
             args += ["--peering", peering, "--priority", str(priority)]
         env = {**dev_cluster.env, "POD_NAME": identity, "POD_ID": identity}
@@ -69,6 +73,24 @@ class Operator:
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def metrics(self) -> str:
+        """The operator's /metrics exposition ("" while it does not answer)."""
+        code, body = http_get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        return body if code == 200 else ""
+
+    def samples_of(self, name: str) -> list[Any]:
+        """Every sample called `name` on /metrics, as a scraper parses them."""
+        return [
+            sample
+            for family in text_string_to_metric_families(self.metrics())
+            for sample in family.samples
+            if sample.name == name
+        ]
+
+    def samples(self, name: str) -> list[float]:
+        """Values of every sample called `name` on /metrics."""
+        return [sample.value for sample in self.samples_of(name)]
 
 
 def apply(kubectl: Callable[..., Any], namespace: str, *objects: dict[str, Any]) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from apportion.devcluster.realnode import images
-from apportion.devcluster.realnode.tools import CONTAINERD, METRICS_SERVER, tool_build
+from apportion.devcluster.tools import CONTAINERD, METRICS_SERVER, PROMTOOL, tool_build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -51,3 +51,9 @@ def test_every_sample_runs_the_local_image_on_the_real_node() -> None:
             spec = (document or {}).get("spec", {}).get("template", {}).get("spec", {})
             for container in spec.get("containers", []):
                 assert container["image"] == images.IMAGE, (path.name, container["name"])
+
+
+def test_promtool_is_built_from_the_tools_module() -> None:
+    promtool = tool_build(PROMTOOL)
+    assert promtool.targets == ("github.com/prometheus/prometheus/cmd/promtool",)
+    assert promtool.directory.name == f"promtool-{promtool.stamp['promtool']}"

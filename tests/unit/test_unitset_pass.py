@@ -4,6 +4,7 @@ for rollouts, intervals and budgets, the hand-off step, and the status that repo
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -63,15 +64,7 @@ def counts(table: AssignmentTable) -> dict[str, int]:
 def acked(table: AssignmentTable, members: list[PodView]) -> list[PodView]:
     """Every member acknowledges every release `table` asks of it (as the worker rule does)."""
     return [
-        PodView(
-            p.name,
-            p.uid,
-            p.labels,
-            p.ready,
-            p.terminating,
-            p.revision,
-            make_ack(table, Incarnation(p.name, p.uid)).to_annotation(),
-        )
+        replace(p, ack=make_ack(table, Incarnation(p.name, p.uid)).to_annotation())
         if p.name in table.member_uids
         else p
         for p in members
@@ -232,6 +225,23 @@ def test_terminating_pods_are_drained_at_once(spec, balanced4) -> None:
     members[1] = PodView("w-1", "uid-w-1", terminating=True)
     result = run(spec, balanced4, members, last_round=999.9)
     assert len(result.new_table.releasing()) == 8, "forced moves do not wait for a round"
+
+
+def test_a_drained_pod_hands_everything_off_and_takes_units_back_when_uncordoned(
+    spec, balanced4
+) -> None:
+    members = workers(4)
+    members[1] = replace(members[1], drained=True)
+    first = run(spec, balanced4, members, last_round=999.9)
+    releases = first.new_table.releasing()
+    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-1"}
+    assert "w-1" not in {r.to for r in releases.values()}
+    assert counts(first.new_table)["w-1"] == 8, "kept until w-1 acknowledges: a hand-off"
+    drained, _ = settle(spec, first.new_table, members, 1000.0)
+    assert sorted(counts(drained).values()) == [0, 10, 11, 11]
+    assert counts(drained)["w-1"] == 0
+    uncordoned, _ = settle(spec, drained, workers(4), 2000.0)
+    assert counts(uncordoned) == {"w-0": 8, "w-1": 8, "w-2": 8, "w-3": 8}
 
 
 def test_invalid_ack_is_reported(spec, balanced4) -> None:

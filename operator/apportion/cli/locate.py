@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from apportion.api.assignment import AssignmentTable
+    from apportion.engine.locate import Location
 
 SCHEMES = ("apportion", "netherite", "akka")
 EXIT_BAD_INPUT = 2
@@ -77,14 +79,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         json.dump([f.to_json() for f in found], sys.stdout, ensure_ascii=False)
         sys.stdout.write("\n")
-    elif table is None:
-        sys.stdout.writelines(f"{f.id}\t{f.unit}\n" for f in found)
     else:
-        for f in found:
-            extra = "" if f.previous_unit is None else f"\t(was {f.previous_unit} of "
-            extra += "" if table.lineage is None else f"{table.lineage.from_count})"
-            sys.stdout.write(f"{f.id}\t{f.unit}\t{f.owner or '-'}{extra}\n")
+        sys.stdout.writelines(located_lines(found, table))
     return 0
+
+
+def located_lines(found: Sequence[Location], table: AssignmentTable | None) -> list[str]:
+    """ID<TAB>unit, and with a table <TAB>pod and the unit under the previous count."""
+    if table is None:
+        return [f"{f.id}\t{f.unit}\n" for f in found]
+    lines = []
+    for f in found:
+        extra = "" if f.previous_unit is None else f"\t(was {f.previous_unit} of "
+        extra += "" if table.lineage is None else f"{table.lineage.from_count})"
+        lines.append(f"{f.id}\t{f.unit}\t{f.owner or '-'}{extra}\n")
+    return lines
 
 
 def _read_table(path: str) -> AssignmentTable:

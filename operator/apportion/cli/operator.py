@@ -41,6 +41,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="URL",
         help="serve a liveness probe, e.g. http://0.0.0.0:8080/healthz",
     )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve the operator's Prometheus metrics at /metrics, e.g. 0.0.0.0:8081 "
+        "(docs/operations.md)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     parser.set_defaults(func=run, parser=parser)
 
@@ -74,13 +80,16 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> None:
     import kopf
 
-    from apportion.controllers import load_handlers, selections
+    from apportion.controllers import load_handlers, selections, telemetry
     from apportion.controllers.peering import ensure_peering
     from apportion.controllers.settings import build_settings
     from apportion.controllers.wakeups import wakeups
     from apportion.publishing.client import api
 
     load_handlers()
+    if args.metrics:
+        telemetry.follow_peering(standalone=not args.peering)
+        telemetry.serve(args.metrics)
     namespaces = args.namespaces or []
     selections.configure(api, wakeups.notify, namespaces)
     if args.peering:

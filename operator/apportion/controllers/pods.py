@@ -12,13 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apportion.api.common import LabelSelector
+from apportion.api.pods import ACK_PREFIX, drain_requested, is_ready, revision_of
 from apportion.controllers.metrics import PodRef
 from apportion.controllers.selections import SelectedCache
 from apportion.engine.set_pass import PodView
 from apportion.publishing.pods import DELETION_COST
 
-ACK_PREFIX = "apportion.dev/ack."
-REVISION_LABELS = ("controller-revision-hash", "pod-template-hash")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -36,6 +35,8 @@ class PodFact:
     created: str = ""
     acks: Mapping[str, str] = field(default_factory=dict)
     deletion_cost: str | None = None
+    drained: bool = False
+    """`apportion.dev/drain: "true"` (kubectl apportion drain): hand everything off."""
     ref: PodRef | None = None
     """What the metrics collector needs (IP, named ports, resources)."""
 
@@ -45,21 +46,18 @@ class PodFact:
         status = body.get("status") or {}
         labels = dict(meta.get("labels") or {})
         annotations = meta.get("annotations") or {}
-        ready = any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in status.get("conditions") or ()
-        )
         return cls(
             name=meta["name"],
             uid=meta["uid"],
             labels=labels,
-            ready=ready,
+            ready=is_ready(status),
             terminating=meta.get("deletionTimestamp") is not None,
             terminal=status.get("phase") in TERMINAL_PHASES,
-            revision=next((labels[k] for k in REVISION_LABELS if k in labels), ""),
+            revision=revision_of(labels),
             created=meta.get("creationTimestamp") or "",
             acks={k: v for k, v in annotations.items() if k.startswith(ACK_PREFIX)},
             deletion_cost=annotations.get(DELETION_COST),
+            drained=drain_requested(annotations),
             ref=PodRef.from_pod(body),
         )
 
@@ -72,6 +70,7 @@ class PodFact:
             terminating=self.terminating,
             revision=self.revision,
             ack=self.acks.get(ack_key),
+            drained=self.drained,
         )
 
 

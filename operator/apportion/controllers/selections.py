@@ -25,6 +25,7 @@ from lightkube.generic_resource import GenericNamespacedResource, create_api_inf
 from lightkube.operators import exists, in_, not_exists, not_in
 
 from apportion.api.common import LabelSelector, SelectorOperator
+from apportion.controllers import telemetry
 from apportion.listwatch import RETRY_MAX, RETRY_MIN, WATCH_TIMEOUT, as_dict
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
             {"_api_info": create_api_info(group, "v1", kind, plural)},
         )
         self.what = f"{plural} ({version})"
+        self.plural = plural
         self.fact = fact
         self.notify: Callable[[str], None] = lambda key: None
         self.client: Callable[[], AsyncClient] | None = None
@@ -354,6 +356,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                     "watch of %s ended (%s); listing again", self.what, error
                 )
                 self.relists += 1
+                telemetry.WATCH_RESTARTS.labels(self.plural, "expired" if gone else "error").inc()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
 

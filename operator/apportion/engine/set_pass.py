@@ -54,6 +54,9 @@ class PodView:
     terminating: bool = False
     revision: str = ""
     ack: str | None = None
+    drained: bool = False
+    """Drain requested on the pod (`apportion.dev/drain`): like terminating, it takes nothing
+    new and hands off what it holds, but it is still up and serving until then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +193,7 @@ def engine_members(inp: PassInput, acks: Mapping[str, Ack]) -> tuple[list[Member
                 capacity=capacity,
                 ready=pod.ready and not pod.terminating,
                 version=version,
-                draining=pod.terminating or announced or pod.name in departed,
+                draining=pod.terminating or pod.drained or announced or pod.name in departed,
             )
         )
     return members, problems
@@ -407,7 +410,7 @@ def plan_pass(inp: PassInput) -> PassResult:
         target[move.unit] = move.target
     if lineage is not None and not lineage.split:
         target = gather_targets(lineage, target)
-    live = {pod.name: LivePod(pod.uid, draining=pod.terminating) for pod in inp.pods}
+    live = {pod.name: LivePod(pod.uid, draining=pod.terminating or pod.drained) for pod in inp.pods}
     live.update({pod.name: LivePod(pod.uid, draining=True) for pod in inp.departed})
     decision = step(
         published,

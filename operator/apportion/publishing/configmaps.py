@@ -107,6 +107,9 @@ class AssignmentStore:
         self.name = name
         self._version: str | None = None
         self._chunks: tuple[str, ...] = ()
+        self.size = 0
+        """Bytes of the table's ConfigMaps as last read or written (`ConfigMapPayload.wire_size`),
+        0 when there is none."""
 
     @property
     def version(self) -> str | None:
@@ -120,16 +123,18 @@ class AssignmentStore:
         for attempt in range(READ_ATTEMPTS):
             root = await self._get(self.name)
             if root is None:
-                self._version, self._chunks = None, ()
+                self._version, self._chunks, self.size = None, (), 0
                 return Loaded(None)
             self._version, self._chunks = root["metadata"]["resourceVersion"], ()
             try:
                 payload = ConfigMapPayload.from_configmap(root, self.name)
                 suffixes = chunk_suffixes(payload)
                 chunks = [await self._get(self.name + s) for s in suffixes]
-                table = decode_assignment(
-                    [payload, *(ConfigMapPayload.from_configmap(c, self.name) for c in chunks if c)]
-                )
+                payloads = [
+                    payload,
+                    *(ConfigMapPayload.from_configmap(c, self.name) for c in chunks if c),
+                ]
+                table = decode_assignment(payloads)
             except IncompleteAssignment as error:
                 # A write replaced the root between our reads (its chunks are newer), or the
                 # chunks are gone for good.
@@ -140,6 +145,7 @@ class AssignmentStore:
             except AssignmentFormatError as error:
                 return Loaded(None, f"ConfigMap {self.name} holds no valid table: {error}")
             self._chunks = suffixes
+            self.size = sum(p.wire_size for p in payloads)
             if table.set_ref.uid != self.set_ref.uid:
                 logger.info(
                     "ConfigMap %s belongs to an earlier %s; starting over",
@@ -161,6 +167,7 @@ class AssignmentStore:
         )
         stale = set(self._chunks) - {c.suffix for c in chunks}
         self._chunks = tuple(c.suffix for c in chunks)
+        self.size = root.wire_size + sum(c.wire_size for c in chunks)
         for suffix in stale:
             await self._delete(self.name + suffix)
 

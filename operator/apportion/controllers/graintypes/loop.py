@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from apportion.api.assignment import ResourceRef
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
+from apportion.controllers import telemetry
 from apportion.controllers.graintypes.document import (
     GrainTypeProblem,
     build_document,
@@ -73,29 +74,42 @@ class GrainTypeLoop:
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
         self.error: str | None = None
+        self.labels = ("GrainType", self.namespace, self.name)
+        self.outcome = "unchanged"
 
     async def run(self, stopped: kopf.DaemonStopped) -> None:
         resumed = False
         try:
             while not stopped and not wakeups.is_gone(self.key):
                 seen = wakeups.tick(self.key)
+                started = time.perf_counter()
                 try:
                     timeout = await self.reconcile()
+                    self.count_pass(self.outcome, started)
                     if not resumed:
                         # Says when a restarted operator has caught up with what is published.
                         resumed = True
                         self.logger.info("First pass over GrainType %s done", self.name)
                 except PublishConflict as conflict:
+                    self.count_pass("conflict", started, "Conflict")
                     self.logger.info("%s; reloading the published table", conflict)
                     self.gate = None
                     continue
-                except Exception:
+                except Exception as error:
+                    self.count_pass("failed", started, telemetry.error_reason(error))
                     self.logger.exception("Publishing pass failed; retrying")
                     timeout = RETRY_SECONDS
                 await wakeups.wait(self.key, seen, timeout)
         finally:
             pod_cache.forget(self.key, self.namespace)
             wakeups.forget(self.key)
+            telemetry.forget_set(self.labels)
+
+    def count_pass(self, result: str, started: float, api_error: str | None = None) -> None:
+        telemetry.PASSES.labels(*self.labels, result).inc()
+        telemetry.PASS_DURATION.labels(*self.labels).observe(time.perf_counter() - started)
+        if api_error is not None:
+            telemetry.API_ERRORS.labels(*self.labels, api_error).inc()
 
     def parse(self) -> GrainType | ValidationError:
         try:
@@ -114,6 +128,7 @@ class GrainTypeLoop:
     async def reconcile(self) -> float:
         """One pass; returns the seconds until the next one is due although nothing changes."""
         wall = datetime.now(UTC)
+        self.outcome = "unchanged"
         parsed = self.parse()
         if isinstance(parsed, ValidationError):
             message = f"spec rejected by the operator: {parsed.errors()[0]['msg']}"
@@ -153,6 +168,7 @@ class GrainTypeLoop:
                 self.error = str(error)
             else:
                 self.error = None
+                self.outcome = "published"
                 gate.written(candidate, now)
                 self.last_publish = candidate.published_at.strftime("%Y-%m-%dT%H:%M:%SZ")
                 self.logger.info(
@@ -180,6 +196,8 @@ class GrainTypeLoop:
             or (self.status or self.body.get("status") or {}).get("lastPublishTime"),
         )
         await self.report(status, found)
+        if gate.published is not None:
+            telemetry.TABLE_EPOCH.labels(*self.labels).set(gate.published.version)
         return interval if decision.retry_in is None else min(interval, decision.retry_in)
 
     def conflicts(self, graintype: GrainType) -> dict[str, list[str]]:

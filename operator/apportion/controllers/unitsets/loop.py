@@ -33,7 +33,7 @@ from apportion.api.conditions import (
 )
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
-from apportion.controllers import selections
+from apportion.controllers import selections, telemetry
 from apportion.controllers.metrics import MetricsCollector
 from apportion.controllers.pods import PodFact, pod_cache, pods_of, select
 from apportion.controllers.selections import Want
@@ -63,6 +63,11 @@ from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
 
 _ACTIONS = {Reason.ASSIGNED: "Assign", Reason.RESHARDED: "Reshard"}
+_HANDOFF_OUTCOMES = {
+    Reason.HANDOFF_COMPLETED: "completed",
+    Reason.HANDOFF_CANCELLED: "cancelled",
+    Reason.HANDOFF_TIMED_OUT: "timed_out",
+}
 
 RESYNC_SECONDS = 300.0
 """A full pass at least this often, whatever the wake-ups say."""
@@ -137,6 +142,8 @@ class SetLoop:
         self.store = AssignmentStore(api(), self.set_ref, self.config_map)
         _roots[(self.namespace, self.config_map)] = self.key
         self.writers = writers()
+        self.labels = (kind.__name__, self.namespace, meta["name"])
+        self.outcome = "unchanged"
         self.published: AssignmentTable | None = None
         self.exists = False  # whether the ConfigMap holds our table
         # The last table written or read intact: what the workers serve, should the ConfigMap
@@ -175,10 +182,14 @@ class SetLoop:
         try:
             while not stopped and not wakeups.is_gone(self.key):
                 seen = wakeups.tick(self.key)
+                self.outcome = "unchanged"
+                started = time.perf_counter()
                 try:
                     wake_at = await self.reconcile()
                     self.failures = self.conflicts = 0
+                    self.count_pass(self.outcome, started)
                 except PublishConflict as conflict:
+                    self.count_pass("conflict", started, "Conflict")
                     self.logger.info("%s; reloading the published assignment", conflict)
                     self.published = None
                     self.conflicts += 1
@@ -186,6 +197,7 @@ class SetLoop:
                         continue  # another writer was first: decide again at once
                     wake_at = time.time() + backoff(self.conflicts - 1)
                 except Exception as error:
+                    self.count_pass("failed", started, telemetry.error_reason(error))
                     self.logger.exception("Placement pass failed; retrying")
                     self.fingerprint = None
                     self.failures += 1
@@ -207,6 +219,14 @@ class SetLoop:
                 cache.forget(self.key, self.namespace)
             wakeups.forget(self.key)
             _roots.pop((self.namespace, self.config_map), None)
+            # Paused (a standby now), stopped or deleted: this replica no longer speaks for it.
+            telemetry.forget_set(self.labels)
+
+    def count_pass(self, result: str, started: float, api_error: str | None = None) -> None:
+        telemetry.PASSES.labels(*self.labels, result).inc()
+        telemetry.PASS_DURATION.labels(*self.labels).observe(time.perf_counter() - started)
+        if api_error is not None:
+            telemetry.API_ERRORS.labels(*self.labels, api_error).inc()
 
     async def load(self, spec: UnitSetSpec, now: float) -> None:
         """Continue from the published table, or repair it first when it is gone, unreadable,
@@ -235,6 +255,7 @@ class SetLoop:
             self.published = loaded.table or template
             self.exists = loaded.table is not None
             self.remember(self.published)
+            self.record_table()
             self.logger.debug("Continuing from epoch %d", self.published.epoch)
             return
         self.logger.warning("Repairing the assignment: %s", repair.message)
@@ -265,6 +286,12 @@ class SetLoop:
         await self.store.publish(table)
         self.published, self.exists = table, True
         self.remember(table)
+        self.record_table()
+
+    def record_table(self) -> None:
+        assert self.published is not None
+        telemetry.TABLE_EPOCH.labels(*self.labels).set(self.published.epoch)
+        telemetry.TABLE_SIZE.labels(*self.labels).set(self.store.size)
 
     @property
     def generation(self) -> int:
@@ -344,21 +371,23 @@ class SetLoop:
         if problem is not None:
             result = PassResult(decision=None, problems=(problem,))
         else:
-            result = plan_pass(
-                PassInput(
-                    spec=spec,
-                    published=self.published,
-                    generation=self.generation,
-                    pods=views,
-                    now=now,
-                    last_round=self.last_round,
-                    rollout=rollout,
-                    loads=loads,
-                    departed=departed,
-                    desired_members=self.desired_members if spec.workload_ref else None,
-                    created=_seconds(self.body["metadata"].get("creationTimestamp")),
+            with telemetry.timed(telemetry.PLAN_DURATION, self.labels):
+                result = plan_pass(
+                    PassInput(
+                        spec=spec,
+                        published=self.published,
+                        generation=self.generation,
+                        pods=views,
+                        now=now,
+                        last_round=self.last_round,
+                        rollout=rollout,
+                        loads=loads,
+                        departed=departed,
+                        desired_members=self.desired_members if spec.workload_ref else None,
+                        created=_seconds(self.body["metadata"].get("creationTimestamp")),
+                    )
                 )
-            )
+            self.count_moves(result)
         self.logger.debug(
             "Pass at epoch %d: %d member(s), %d move(s) kept, %d held (%s), next at %s",
             self.published.epoch,
@@ -451,10 +480,28 @@ class SetLoop:
         self.desired_members = workload.replicas
         return members, rollout_of(workload, members), None
 
+    def count_moves(self, result: PassResult) -> None:
+        if result.plan is not None:
+            telemetry.MOVES_PLANNED.labels(*self.labels).inc(len(result.plan.moves))
+        telemetry.MOVES_KEPT.labels(*self.labels).inc(len(result.kept))
+        telemetry.MOVES_HELD.labels(*self.labels).inc(result.held)
+
     async def publish(self, result: PassResult, now: float) -> None:
         table = result.new_table
-        assert table is not None and result.decision is not None
+        assert table is not None and result.decision is not None and self.published is not None
+        releases = self.published.releasing()
         await self.write_table(table)
+        self.outcome = "published"
+        for decision in result.decision.events:
+            outcome = _HANDOFF_OUTCOMES.get(decision.reason)
+            if decision.reason is Reason.HANDOFF_STARTED:
+                telemetry.HANDOFFS_STARTED.labels(*self.labels).inc(len(decision.units))
+            elif outcome is not None:
+                telemetry.HANDOFFS_ENDED.labels(*self.labels, outcome).inc(len(decision.units))
+                duration = telemetry.HANDOFF_DURATION.labels(*self.labels, outcome)
+                for unit in decision.units:
+                    if unit in releases:
+                        duration.observe(max(0.0, now - releases[unit].since))
         if result.round_started:
             self.last_round = now
         events = self.writers.events
@@ -512,6 +559,10 @@ class SetLoop:
             await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
             self.status = status
 
+    def kind_spec_interval(self) -> float:
+        spec = getattr(self.parse(), "spec", None)
+        return spec.rebalance.interval.total_seconds() if spec is not None else 0.0
+
     def kind_spec_timeout(self) -> float:
         parsed = self.parse()
         spec = getattr(parsed, "spec", None)
@@ -557,6 +608,45 @@ class SetLoop:
         if status != self.status:
             await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
             self.status = status
+        self.record_status(status, result, pods, loads)
+
+    def record_status(
+        self,
+        status: Mapping[str, Any],
+        result: PassResult,
+        pods: Sequence[PodView],
+        loads: Mapping[str, float] | None,
+    ) -> None:
+        """The gauges a pass's status holds, and the per-member figures it sums up."""
+        assert self.published is not None
+        labels = self.labels
+        telemetry.UNITS.labels(*labels).set(self.published.count)
+        telemetry.UNITS_UNOWNED.labels(*labels).set(
+            self.published.count - int(status["assignedUnits"])
+        )
+        if result.imbalance is not None:
+            telemetry.IMBALANCE.labels(*labels).set(result.imbalance)
+        telemetry.REBALANCE_INTERVAL.labels(*labels).set(self.kind_spec_interval())
+        for condition in status["conditions"]:
+            key = (*labels, condition["type"])
+            telemetry.CONDITION.labels(*key).set(condition["status"] == "True")
+            since = _seconds(condition.get("lastTransitionTime"))
+            if since is not None:
+                telemetry.CONDITION_SINCE.labels(*key).set(since)
+        live = {pod.name: pod.uid for pod in pods}
+        uids = self.published.member_uids
+        held = {
+            member: units
+            for member, units in self.published.by_member().items()
+            if member in live and live[member] == uids.get(member)
+        }
+        telemetry.record_members(
+            labels,
+            {member: len(units) for member, units in held.items()},
+            None
+            if loads is None
+            else {m: math.fsum(loads.get(u, 0.0) for u in units) for m, units in held.items()},
+        )
 
     def update_costs(self, everyone: Sequence[PodFact]) -> None:
         assert self.published is not None

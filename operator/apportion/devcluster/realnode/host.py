@@ -186,14 +186,12 @@ def _pod_pids() -> set[int]:
 def _kubepods_cgroups(leaf: str = "") -> list[Path]:
     """Every cgroup directory under a kubepods root, deepest first (the order rmdir needs)."""
     found: list[Path] = []
+    roots = [CGROUP_ROOT / "kubepods"] if cgroup_version() == 2 else []
     for hierarchy in CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else ():
-        for root in (hierarchy / "kubepods", hierarchy / "kubepods.slice"):
-            if root.is_dir():
-                found.extend(p for p in root.rglob("*") if p.is_dir())
-                found.append(root)
-    if (CGROUP_ROOT / "kubepods").is_dir() and cgroup_version() == 2:
-        root = CGROUP_ROOT / "kubepods"
-        found.extend([*(p for p in root.rglob("*") if p.is_dir()), root])
+        roots += [hierarchy / "kubepods", hierarchy / "kubepods.slice"]
+    for root in roots:
+        # os.walk skips what vanishes while it looks (the kubelet removes cgroups meanwhile)
+        found.extend(Path(directory) for directory, _, _ in os.walk(root))
     found.sort(key=lambda p: len(p.parts), reverse=True)
     return [p / leaf if leaf else p for p in dict.fromkeys(found)]
 

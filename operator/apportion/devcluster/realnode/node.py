@@ -23,7 +23,7 @@ from apportion.devcluster.kubeconfig import write_client_cert_kubeconfig
 from apportion.devcluster.net import free_ports, http_get_json
 from apportion.devcluster.processes import ProcessRecord
 from apportion.devcluster.realnode import host, images
-from apportion.devcluster.realnode.tools import CONTAINERD, METRICS_SERVER, ensure_tool
+from apportion.devcluster.tools import CONTAINERD, METRICS_SERVER, ensure_tool
 
 NODE_NAME = "apportion-node"
 NODE_LABEL = "apportion.dev/real-node"

@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import textwrap
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,6 +232,10 @@ def test_demo_workers_follow_the_placement_as_containers_and_hand_off_on_sigterm
         # through hand-offs before it exits.
         cluster.kubectl("scale", "-n", namespace, "statefulset/demo-workers", "--replicas=3")
         wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced on 3 pods")
+        wait_for(
+            lambda: len(_pods(cluster, namespace, "app=demo-workers")) == 3,
+            message="demo-workers-3 never went (it exits once drained)",
+        )
         served = _served_by_pod(cluster, namespace)
         assert set(served) == {f"demo-workers-{i}" for i in range(3)}
         assert sorted(u for units in served.values() for u in units) == sorted(
@@ -262,3 +267,150 @@ def _served_by_pod(cluster: DevCluster, namespace: str) -> dict[str, list[str]]:
         )
         served[name] = list(json.loads(answer.stdout)["units"])
     return served
+
+
+# Placed by count, a fresh set deals partition u to the (u mod 4)-th pod: these six start on one
+# pod, and only their measured CPU can spread them. Each costs 50 millicores, the others 3: a
+# hot partition is well below a pod's fair share, so spreading them is what Balanced must do.
+HOT_UNITS = ("0", "4", "8", "12", "16", "20")
+MOST_HOT_PER_POD = 2  # six over four pods
+
+
+def burning_sample() -> str:
+    """The PartitionSet sample with workers that spend real CPU on their partitions: 50
+    millicores on each hot one, 3 on each other, reported as measured CPU per unit;
+    and the operator reading pod CPU from metrics.k8s.io (the workers request CPU, so a pod's
+    usage has a percentage)."""
+    documents = list(yaml.safe_load_all(sample("partitionset-demo.yaml")))
+    for document in documents:
+        if document["kind"] == "StatefulSet":
+            (container,) = document["spec"]["template"]["spec"]["containers"]
+            command = container["command"]
+            profile = ",".join(f"{u}=2" for u in HOT_UNITS) + ",*=0.12"
+            command[command.index("--load-profile") + 1] = f"units:{profile}"
+            command += ["--burn-cpu", "25"]
+            container["resources"] = {"requests": {"cpu": "100m"}}
+        if document["kind"] == "PartitionSet":
+            document["spec"]["metrics"]["podMetrics"] = True
+    return yaml.safe_dump_all(documents)
+
+
+def test_balanced_moves_partitions_for_the_cpu_they_really_cost(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    cluster = installed_operator
+    namespace = f"burn-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=burning_sample())
+        owners_seen: list[dict[str, str]] = []
+        last_status: list[dict[str, Any]] = []
+
+        def hot_units_spread_by_measured_load() -> dict[str, Any] | None:
+            pset = _assignment(cluster, namespace, "partitionset", "demo")
+            status = pset.get("status", {})
+            table = cluster.kubectl(
+                "get",
+                "configmap",
+                "demo-partitionset-assignment",
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.data.assignments\\.json}",
+                check=False,
+            ).stdout
+            if not table:
+                return None
+            units = json.loads(table)["units"]
+            owners_seen.append({u: units.get(u, "") for u in HOT_UNITS})
+            per_pod = Counter(units.get(u) for u in HOT_UNITS)
+            spread = max(per_pod.values()) <= MOST_HOT_PER_POD
+            last_status[:] = [status]
+            measured = status.get("metricsSource") == "PodMetricsAndWorkerLoad"
+            settled = _condition(pset, "Balanced") == "True" and status.get("members") == 4
+            return status if spread and measured and settled else None
+
+        try:
+            status = wait_for(hot_units_spread_by_measured_load, timeout=240)
+        except pytest.fail.Exception:
+            pytest.fail(
+                "the hot partitions never ended on different pods by measured CPU: "
+                f"{owners_seen[-1:]} {json.dumps(last_status)[:3000]}"
+            )
+        # The load the operator balanced is the CPU the workers measured: a pod's load follows
+        # the hot partitions it holds.
+        loads = {row["member"]: float(row.get("load") or 0) for row in status["memberUnits"]}
+        hot_per_pod = Counter(owners_seen[-1].values())
+        by_hot = sorted(loads, key=lambda pod: hot_per_pod[pod])
+        assert loads[by_hot[-1]] > loads[by_hot[0]], (loads, hot_per_pod)
+        top = cluster.kubectl("top", "pods", "-n", namespace, "--no-headers").stdout
+        assert len(top.splitlines()) == 4  # metrics-server measures every worker
+        # ...and they got there by moving: at first, by count, they shared a pod.
+        assert any(len(set(owners.values())) == 1 for owners in owners_seen), owners_seen[:3]
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+LEADER = re.compile(r"^apportion_operator_leader (\S+)$", re.MULTILINE)
+
+
+def _leads(cluster: DevCluster, pod: str) -> bool | None:
+    """What the operator pod's own /metrics says (read from inside its container)."""
+    scrape = cluster.kubectl(
+        "exec",
+        "-n",
+        SYSTEM,
+        pod,
+        "--",
+        "python3",
+        "-c",
+        "import urllib.request;"
+        "print(urllib.request.urlopen('http://127.0.0.1:8081/metrics').read().decode())",
+        check=False,
+    )
+    found = LEADER.search(scrape.stdout)
+    return None if found is None else float(found.group(1)) == 1
+
+
+def _resumes(cluster: DevCluster, pod: str) -> int:
+    log = cluster.kubectl("logs", "-n", SYSTEM, pod, check=False).stdout
+    return log.count("Resuming operations after the pause")
+
+
+def test_the_standby_takes_over_when_the_kubelet_stops_the_active_operator(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    cluster = installed_operator
+    pods = ("apportion-operator-0", "apportion-operator-1")
+    active = wait_for(
+        lambda: next((p for p in pods if _leads(cluster, p)), None),
+        timeout=60,
+        message="no operator pod leads",
+    )
+    (standby,) = (p for p in pods if p != active)
+    assert _leads(cluster, standby) is False
+    resumed_before = _resumes(cluster, standby)
+    # The kubelet sends SIGTERM; kopf leaves the peering, and the standby takes over at once
+    # rather than after the keep-alive expires. (The recreated pod, of higher priority, may take
+    # the lead back later: the standby's log says it resumed in between.)
+    cluster.kubectl("delete", "pod", "-n", SYSTEM, active, "--wait=false")
+    wait_for(
+        lambda: _resumes(cluster, standby) > resumed_before,
+        timeout=45,
+        message=f"{standby} never resumed operations",
+    )
+    # ...and places a new set while the deleted pod is recreated.
+    namespace = f"ha-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample("partitionset-demo.yaml"))
+        wait_for(
+            lambda: (
+                _condition(_assignment(cluster, namespace, "partitionset", "demo"), "Ready")
+                == "True"
+            ),
+            timeout=120,
+            message="the standby never made the new set Ready",
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)

@@ -1,6 +1,7 @@
-"""The real node's Go programs that are not part of Kubernetes: containerd (with its runc shim and
-`ctr`) and metrics-server, each from a wrapper module of its own beside the control plane's
-(their dependency graphs do not fit in one module with Kubernetes'), built and cached like it."""
+"""Go programs beside the control plane, each from a wrapper module of its own under tests/e2e
+(their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
+control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
+metrics-server, and the tools the tests run (promtool)."""
 
 from __future__ import annotations
 
@@ -14,36 +15,48 @@ from apportion.devcluster.paths import DevClusterError, cache_root, module_dir, 
 
 
 @dataclass(frozen=True)
-class NodeTool:
-    name: str  # also the wrapper module's directory under tests/e2e/realnode
+class GoTool:
+    name: str
+    module: str  # the wrapper module's directory, relative to tests/e2e
     module_path: str  # the upstream module whose version go.mod pins
     binaries: tuple[str, ...]
     version_variable: str  # the package variable `-X` stamps with the version
 
 
-CONTAINERD = NodeTool(
+CONTAINERD = GoTool(
     "containerd",
+    "realnode/containerd",
     "github.com/containerd/containerd/v2",
     ("containerd", "containerd-shim-runc-v2", "ctr"),
     "github.com/containerd/containerd/v2/version.Version",
 )
-METRICS_SERVER = NodeTool(
+METRICS_SERVER = GoTool(
     "metrics-server",
+    "realnode/metrics-server",
     "sigs.k8s.io/metrics-server",
     ("metrics-server",),
     "sigs.k8s.io/metrics-server/pkg/version.gitVersion",
 )
+PROMTOOL = GoTool(
+    "promtool",
+    "tools",
+    "github.com/prometheus/prometheus",
+    ("promtool",),
+    "github.com/prometheus/common/version.Version",
+)
+TEST_TOOLS = (PROMTOOL,)
+"""What `make tools` builds: the tools the tests run against what we ship."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
 _TOOL_LINE = re.compile(r"^tool\s+(\S+)\s*$", re.MULTILINE)
 _GO_LINE = re.compile(r"^go\s+(\S+)\s*$", re.MULTILINE)
 
 
-def tool_module_dir(tool: NodeTool) -> Path:
-    return module_dir().parent / "realnode" / tool.name
+def tool_module_dir(tool: GoTool) -> Path:
+    return module_dir().parent / tool.module
 
 
-def tool_build(tool: NodeTool) -> GoBuild:
+def tool_build(tool: GoTool) -> GoBuild:
     module = tool_module_dir(tool)
     text = (module / "go.mod").read_text()
     pinned = re.search(rf"^\s*(?:require\s+)?{re.escape(tool.module_path)}\s+(v\S+)", text, re.M)
@@ -70,5 +83,6 @@ def tool_build(tool: NodeTool) -> GoBuild:
     )
 
 
-def ensure_tool(tool: NodeTool, progress: Progress | None = None) -> Path:
+def ensure_tool(tool: GoTool, progress: Progress | None = None) -> Path:
+    """The directory holding the tool's binaries, built first if missing or stale."""
     return ensure(tool_build(tool), progress)

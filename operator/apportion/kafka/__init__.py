@@ -1,0 +1,8 @@
+"""Kafka consumers whose partitions a PartitionSet places (docs/kafka.md): `PartitionConsumer`
+assigns exactly the partitions the set grants this pod, resumes each at its committed offset,
+and commits before acknowledging a release. Sits on `apportion.worker`; needs the `kafka` extra
+(aiokafka)."""
+
+from apportion.kafka.consumer import PartitionConsumer, RecordHandler
+
+__all__ = ["PartitionConsumer", "RecordHandler"]

@@ -1,0 +1,17 @@
+"""Fixtures shared by unit and end-to-end tests: the Go tools they run (built by `make tools`; a
+test run on a machine without them builds them first, it never skips)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from apportion.devcluster.tools import PROMTOOL, ensure_tool
+
+
+@pytest.fixture(scope="session")
+def promtool(request: pytest.FixtureRequest) -> Path:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():  # a first build takes minutes: show its progress
+        return ensure_tool(PROMTOOL) / "promtool"
