@@ -216,9 +216,10 @@ def reasons(evs: list[dict[str, Any]]) -> Counter[str]:
 
 @dataclass(frozen=True)
 class Ownership:
-    """One line of a demo worker's log: `pod` started (acquire) or stopped (release, stop)
-    serving `unit` when it handled table `epoch`, at `time` (seconds); `token`: the unit's
-    fencing token (its epoch in the table), None when the worker had none."""
+    """One line of a demo worker's log: `pod` started (acquire) or stopped (release, stop; split
+    or merge: its state went into the new units) serving `unit` when it handled table `epoch`,
+    at `time` (seconds); `token`: the unit's fencing token (its epoch in the table), None when
+    the worker had none."""
 
     time: float
     pod: str
@@ -229,9 +230,9 @@ class Ownership:
 
 
 # `apportion demo-worker` logs one line per unit: "<unix time> acquire unit=3 epoch=7 token=7
-# pod=w-0 set=PartitionSet/demo" (acquire, release or stop).
+# pod=w-0 set=PartitionSet/demo count=32" (acquire, release, stop, split or merge).
 _LOG_LINE = re.compile(
-    r"^(?P<time>\d+\.\d+) (?P<action>acquire|release|stop) unit=(?P<unit>\S+) "
+    r"^(?P<time>\d+\.\d+) (?P<action>acquire|release|stop|split|merge) unit=(?P<unit>\S+) "
     r"epoch=(?P<epoch>\d+) token=(?P<token>\S+) .*\bset=(?P<set>\S+)"
 )
 

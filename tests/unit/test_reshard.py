@@ -127,9 +127,18 @@ def test_a_split_waits_for_hand_offs_under_way(spec32: Any) -> None:
     assert conditions["Resharding"]["status"] == "True"
     done = run(bigger, moving, acked(moving, members), now=2001.0).new_table
     assert done is not None and done.count == 32 and not done.releasing()  # hand-offs finish
-    split = run(bigger, done, acked(done, members), now=2001.5).new_table
+    writing = run(bigger, done, acked(done, members), now=2001.5)
+    split = writing.new_table
     assert split is not None and split.count == 64
     assert owner_of_keys(split) == owner_of_keys(done)
+    # That pass planned 32 units: it says nothing of the 64 yet, so not Balanced.
+    status = unit_set_status(StatusInput(split, writing, members, 2, "cm", 2001.5))
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Resharding"]["status"] == "False"
+    assert (conditions["Balanced"]["status"], conditions["Balanced"]["reason"]) == (
+        "False",
+        "Rebalancing",
+    )
 
 
 def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:

@@ -366,3 +366,39 @@ def test_a_failed_split_callback_falls_back_to_acquiring_afresh() -> None:
     s.resharded(step.resharding.carried, ok=False)
     again = s.next_transition()
     assert again is not None and again.acquire == {"0", "1"}
+
+
+def test_a_merged_unit_already_releasing_is_carried_then_released_before_any_ack() -> None:
+    """The merge table came while sibling 3 was still being acquired, and the next pass had
+    already marked the merged unit releasing: no ack until the siblings' state is merged, then
+    it is handed over by an ordinary release (not dropped, as a unit this process never held)."""
+    from apportion.api.assignment import Lineage
+
+    s = state()
+    others = {u: owned("w-1", 2) for u in ("0", "1")}
+
+    def of_four(epoch: int, three: str) -> AssignmentTable:
+        units = {"2": owned("w-0", 3), "3": owned(three, epoch if three == "w-0" else 2)}
+        return AssignmentTable(REF, 1, "apportion", 4, epoch, (ME, OTHER), {**others, **units})
+
+    start(s, of_four(3, "w-1"))
+    assert s.receive(of_four(4, "w-0"))
+    acquiring = s.next_transition()
+    assert acquiring is not None and acquiring.acquire == {"3"}
+    lineage = Lineage(4, 2, 5, (2, 2, 3, 4))
+    for epoch, one in ((5, owned("w-0", 5)), (6, releasing("w-0", 5, "w-1", 6))):
+        units = {"0": owned("w-1", 5), "1": one}
+        assert s.receive(
+            AssignmentTable(REF, 1, "apportion", 2, epoch, (ME, OTHER), units, lineage)
+        )
+    assert s.ack_due() is None  # "1" is not released: its state is still in "2" and "3" of 4
+    s.acquired(acquiring.acquire)
+    merge = s.next_transition()
+    assert merge is not None and merge.resharding is not None and not merge.stop
+    assert merge.resharding.carried == {"1": ("2", "3")}
+    s.resharded(merge.resharding.carried)
+    release = s.next_transition()
+    assert release is not None and release.release == {"1"}
+    assert s.ack_due() is None  # still finishing: nothing to say yet
+    s.released(release.release)
+    assert s.ack_due() == Ack(uid=ME.uid, epoch=6, pending=frozenset(), draining=False)

@@ -2,8 +2,10 @@
 
 Unit mode (a PartitionSet or ShardSet):
     apportion demo-worker --kind PartitionSet --set demo [--port 8080] [--load-profile uniform]
-serves GET /key/<id>, /units, /metrics and /healthz on $POD_IP (else every address) and logs
-every acquire/release/stop with its epoch. SIGTERM drains: the units move away, then it exits.
+serves GET/POST /key/<id>, /units, /counters, /metrics and /healthz on $POD_IP (else every
+address), counts increments per key (handed over with the units), and logs every
+acquire/release/stop/split/merge with its epoch. SIGTERM drains: the units move away, then it
+exits.
 
 Grain mode (GrainTypes):
     apportion demo-worker --grains [TYPE ...] [--rate R] [--lifetime S] [--port 8080]
@@ -35,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default="uniform",
         metavar="PROFILE",
         help="per-unit load reported on /metrics: uniform[:V] (default, V=1), zipf[:S] "
-        "(unit u: 100/(u+1)^S), units:U=V,...[,*=DEFAULT], requests (GET /key per second), "
+        "(unit u: 100/(u+1)^S), units:U=V,...[,*=DEFAULT], requests (GET/POST /key per second), "
         "none",
     )
     units.add_argument(
@@ -50,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=float,
         default=0.0,
         metavar="SECONDS",
-        help="time each GET /key request takes (default 0)",
+        help="time each GET/POST /key request takes (default 0)",
     )
     units.add_argument(
         "--burn-cpu",

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from apportion.api.assignment import AssignmentTable, Incarnation, Lineage, UnitState
-from apportion.engine.handoff import is_owner
+from apportion.engine.handoff import owned_units, releasing_units
 
 HASH_BITS = 64
 
@@ -147,9 +147,10 @@ def reshape(
     """The worker's resharding rule, before `plan_worker`, for a table whose count differs from
     `view_count`, the count of the last table it handled (None: same count, nothing to do).
 
-    A new unit takes over in-memory state only if it is mine (name, uid, not releasing) still
-    under the token the resharding gave it, and only from parents I served under exactly the
-    token they had just before it. Anything else is dropped and acquired afresh by
+    A new unit takes over in-memory state only if it is mine (name, uid) still under the token
+    the resharding gave it — also when a later table already marks it releasing from me: the
+    state is then handed over by that release, not dropped — and only from parents I served
+    under exactly the token they had just before it. Anything else is dropped and acquired afresh by
     `plan_worker`: a worker that missed a whole resharding, or a change of owner in between,
     reloads state as after a move instead of serving stale state.
     """
@@ -161,9 +162,10 @@ def reshape(
     carried: dict[str, tuple[str, ...]] = {}
     load: dict[str, tuple[str, ...]] = {}
     new_serving: dict[str, int] = {}
+    mine_now = owned_units(table, me) | releasing_units(table, me)
     for unit in range(lineage.to_count):
         name = str(unit)
-        if not is_owner(table, me, name) or table.units[name].epoch != lineage.epoch:
+        if name not in mine_now or table.units[name].epoch != lineage.epoch:
             continue
         parents = [str(p) for p in lineage.parents(unit)]
         mine = tuple(p for p in parents if serving.get(p) == lineage.parent_epochs[int(p)])

@@ -528,9 +528,10 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
     )[:MAX_MEMBER_ROWS]
     problems = [*result.problems, *s.extra_problems]
     reshard = result.resharding
-    if reshard is not None and table.count != reshard.lineage.from_count:
+    new_count = reshard is not None and table.count != reshard.lineage.from_count
+    if new_count:
         reshard = None  # this pass published the new count
-    conditions = _conditions(s, owned, releasing, problems, reshard)
+    conditions = _conditions(s, owned, releasing, problems, reshard, new_count=new_count)
     last_round = s.last_round
     return {
         "observedGeneration": s.generation,
@@ -567,6 +568,8 @@ def _conditions(
     releasing: int,
     problems: Sequence[Problem],
     reshard: Progress | None,
+    *,
+    new_count: bool = False,
 ) -> list[Condition]:
     result, total = s.result, len(s.table.units)
     plan = result.plan
@@ -585,6 +588,10 @@ def _conditions(
         balanced = (False, blocking.reason, blocking.message)
     elif releasing:
         balanced = (False, "HandoffInProgress", f"{releasing} unit(s) being handed off")
+    elif new_count:
+        # This pass planned the previous count; the new units sit on their parents' pods
+        # until the next pass places them.
+        balanced = (False, "Rebalancing", f"{total} unit(s) of the new count not placed yet")
     elif pending and result.hold_reason:
         balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
     elif pending or (plan is not None and not plan.metrics.converged):

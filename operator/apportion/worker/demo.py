@@ -4,19 +4,23 @@ per-unit load (docs/worker.md).
 
 HTTP on the worker's address (beside /metrics and /healthz):
 
-    GET /key/<id>   200 {"key", "unit", "pod", "token", "epoch"} when this pod serves the key's
-                    unit; 421 {"key", "unit", "owner"} (header Apportion-Owner) when another pod
-                    owns it; 503 (Retry-After: 1) while nobody serves it (unassigned, in hand-off)
+    GET /key/<id>   200 {"key", "unit", "pod", "token", "epoch", "count", "time"} when this pod
+                    serves the key's unit; 421 {"key", "unit", "owner"} (header Apportion-Owner)
+                    when another pod owns it; 503 (Retry-After: 1) while nobody serves it
+                    (unassigned, in hand-off, being split or merged)
+    POST /key/<id>?n=N  count one increment of the key (numbered: once), answered as GET
     GET /units      {"pod", "uid", "epoch", "draining", "units": {unit: token}}: what it serves
+    GET /counters   {"pod", "epoch", "count", "units": {unit: {key: counter}}}
 
 Ownership lines on stdout, one per unit, time first (Unix seconds):
 
-    1718000000.123456 acquire unit=3 epoch=7 token=7 pod=demo-workers-0 set=PartitionSet/demo
-    1718000004.901234 release unit=3 epoch=9 token=7 pod=demo-workers-0 set=PartitionSet/demo
-    1718000009.000000 stop unit=5 epoch=12 token=4 pod=demo-workers-0 set=PartitionSet/demo
+    1718000000.123456 acquire unit=3 epoch=7 token=7 pod=w-0 set=PartitionSet/demo count=32
+    1718000004.901234 release unit=3 epoch=9 token=7 pod=w-0 set=PartitionSet/demo count=32
+    1718000009.000000 stop unit=5 epoch=12 token=4 pod=w-0 set=PartitionSet/demo count=32
 
 `acquire` is logged when the unit starts being served, `release` when it has stopped being
-served for a hand-off (before the ack is written), `stop` when it is dropped without one.
+served for a hand-off (state stored, before the ack is written), `stop` when it is dropped
+without one, `split`/`merge` when its counters went into the units of the new count.
 """
 
 from __future__ import annotations
@@ -26,14 +30,18 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict, deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
 from aiohttp import web
 
-from apportion.api.assignment import unit_order
+from apportion.api.assignment import AssignmentTable, unit_order
+from apportion.engine.keys import get_scheme
+from apportion.worker import counters
 from apportion.worker.burn import CpuBurner
+from apportion.worker.handover import UnitSnapshot, UnitStateStore
+from apportion.worker.state import UnitRange
 from apportion.worker.worker import Worker
 
 OWNERSHIP_LOGGER: Final = "apportion.demo.ownership"
@@ -45,6 +53,9 @@ FINISH_TIMEOUT: Final = 10.0
 """Longest a release waits for the unit's requests in flight."""
 ZIPF_SCALE: Final = 100.0
 
+UnitKey = tuple[int, str]
+"""(count, unit): a unit number names another key range under another count."""
+
 
 @dataclass(frozen=True)
 class LoadProfile:
@@ -52,7 +63,7 @@ class LoadProfile:
     a unit's load follows it from pod to pod.
 
     `uniform[:V]` every unit V (default 1); `zipf[:S]` unit u gets 100/(u+1)^S (default S=1);
-    `units:U=V,...[,*=D]` the listed units V, the others D (default 1); `requests` GET /key
+    `units:U=V,...[,*=D]` the listed units V, the others D (default 1); `requests` GET/POST /key
     requests per second over the last 10 s; `none` no per-unit load (the operator counts units).
     """
 
@@ -146,7 +157,12 @@ class RequestRates:
 
 
 class DemoWorker:
-    """Callbacks and HTTP handlers of the demo; `run()` is the whole process."""
+    """Callbacks and HTTP handlers of the demo; `run()` is the whole process.
+
+    Unit state: per-key counters (`apportion.worker.counters`), keyed by (count, unit) because
+    a unit number names another key range under another count. They are handed over through
+    `apportion.worker.handover` on release, loaded on acquire, and cut or joined in place when
+    the unit count changes."""
 
     def __init__(
         self,
@@ -171,11 +187,17 @@ class DemoWorker:
         self.release_delay = release_delay
         self.work_time = work_time
         self.rates = RequestRates()
-        self.served: Counter[str] = Counter()
+        self.counters: dict[UnitKey, counters.Counts] = {}
         self.in_flight: Counter[str] = Counter()
         self._idle = asyncio.Condition()
-        self.tokens: dict[str, int] = {}
-        routes = [web.get("/key/{key}", self.handle_key), web.get("/units", self.handle_units)]
+        self.tokens: dict[UnitKey, int] = {}
+        self._store: UnitStateStore | None = None
+        routes = [
+            web.get("/key/{key}", self.handle_key),
+            web.post("/key/{key}", self.handle_increment),
+            web.get("/units", self.handle_units),
+            web.get("/counters", self.handle_counters),
+        ]
         self.worker = Worker(
             kind,
             set_name,
@@ -183,6 +205,8 @@ class DemoWorker:
             on_acquire=self.on_acquire,
             on_release=self.on_release,
             on_revoke=self.on_revoke,
+            on_split=self.on_split,
+            on_merge=self.on_merge,
             load=self.unit_load if self.profile.reports else None,
             port=port,
             host=host,
@@ -204,34 +228,72 @@ class DemoWorker:
             return self.burner.rate(unit)
         return self.profile.load(unit, self.rates)
 
+    @property
+    def store(self) -> UnitStateStore:
+        if self._store is None:
+            w = self.worker
+            self._store = UnitStateStore(w.client, w.namespace, w.kind, w.set_name)
+        return self._store
+
+    def _table(self) -> AssignmentTable:
+        table = self.worker.table
+        assert table is not None, "callbacks run only after a table"
+        return table
+
+    def _held_count(self) -> int:
+        """The count the units of a running callback are named in (a newer table may already
+        have another: the worker reshapes only between callbacks)."""
+        count = self.worker.state.held_count
+        return self._table().count if count is None else count
+
+    def _count_held(self, unit: str) -> int:
+        """The count this pod holds `unit` under: units revoked at a resharding (served under a
+        stale token, or after a failed split or merge) are named in the previous count."""
+        counts = {count for count, u in self.counters if u == unit}
+        return counts.pop() if len(counts) == 1 else self._held_count()
+
     # ----------------------------------------------------------------------------- callbacks
 
-    def _log(self, action: str, units: frozenset[str], epoch: int) -> None:
+    def _log(self, action: str, units: Iterable[str], epoch: int, count: int) -> None:
         w = self.worker
         for unit in unit_order(units):
             ownership.info(
-                "%s unit=%s epoch=%d token=%s pod=%s set=%s/%s",
+                "%s unit=%s epoch=%d token=%s pod=%s set=%s/%s count=%d",
                 action,
                 unit,
                 epoch,
-                self.tokens.get(unit, "-"),
+                self.tokens.get((count, unit), "-"),
                 w.pod_name,
                 w.kind,
                 w.set_name,
+                count,
             )
 
-    async def on_acquire(self, units: frozenset[str], epoch: int) -> None:
-        for unit in units:
-            token = self.worker.token(unit)
-            if token is not None:
-                self.tokens[unit] = token
+    def _took(self, unit: UnitRange, counts: counters.Counts) -> None:
+        """`unit` is served from now on (once the callback returns) with `counts`."""
+        key = (unit.count, unit.unit)
+        self.counters[key] = counts
+        token = self.worker.token(unit.unit)
+        if token is not None:
+            self.tokens[key] = token
         if self.burner is not None:
-            self.burner.hold(units)
-        self._log("acquire", units, epoch)
+            self.burner.hold(frozenset({unit.unit}))
+
+    async def _load(self, unit: UnitRange) -> counters.Counts:
+        state = await self.store.load(self._table(), unit.count, unit.unit)
+        return {} if state is None else counters.from_json(state.data)
+
+    async def on_acquire(self, units: frozenset[str], epoch: int) -> None:
+        count = self._held_count()
+        ranges = [UnitRange.of(unit, count) for unit in units]
+        loaded = await asyncio.gather(*(self._load(r) for r in ranges))
+        for unit, counts in zip(ranges, loaded, strict=True):
+            self._took(unit, counts)
+        self._log("acquire", units, epoch, count)
 
     async def on_release(self, units: frozenset[str], epoch: int) -> None:
         # No new requests reach these units (the worker stopped granting them); let the ones
-        # in flight finish, then take whatever time handing over state takes.
+        # in flight finish, then hand the counters over before the worker acknowledges.
         async with self._idle:
             try:
                 await asyncio.wait_for(
@@ -242,24 +304,87 @@ class DemoWorker:
                 logging.getLogger(__name__).warning("requests still in flight at release")
         if self.release_delay:
             await asyncio.sleep(self.release_delay)
-        self._log("release", units, epoch)
-        self._forget(units)
+        count, table, w = self._held_count(), self._table(), self.worker
+        await asyncio.gather(
+            *(
+                self.store.save(
+                    UnitSnapshot(
+                        table.set_ref.uid,
+                        count,
+                        unit,
+                        self.tokens.get((count, unit), 0),
+                        w.pod_name,
+                        counters.to_json(self.counters.get((count, unit), {})),
+                    )
+                )
+                for unit in units
+            )
+        )
+        self._log("release", units, epoch, count)
+        self._forget(units, count)
 
     async def on_revoke(self, units: frozenset[str], epoch: int) -> None:
-        self._log("stop", units, epoch)
-        self._forget(units)
-
-    def _forget(self, units: frozenset[str]) -> None:
-        if self.burner is not None:
-            self.burner.drop(units)
+        # Taken away without a hand-off: whoever serves the unit next starts from the state
+        # its last release left (an in-memory demo loses what this pod counted since).
         for unit in units:
-            self.tokens.pop(unit, None)
+            count = self._count_held(unit)
+            self._log("stop", [unit], epoch, count)
+            self._forget([unit], count)
+
+    async def on_split(
+        self, parent: UnitRange, children: tuple[UnitRange, ...], epoch: int
+    ) -> None:
+        counts = self.counters.pop((parent.count, parent.unit), {})
+        parts = counters.split(counts, children, self._unit_of)
+        self._log("split", [parent.unit], epoch, parent.count)
+        self._forget([parent.unit], parent.count)
+        for child in children:
+            self._took(child, parts[child.unit])
+        self._log("acquire", [c.unit for c in children], epoch, children[0].count)
+
+    async def on_merge(
+        self,
+        merged: UnitRange,
+        held: tuple[UnitRange, ...],
+        missing: tuple[UnitRange, ...],
+        epoch: int,
+    ) -> None:
+        parts = [self.counters.pop((s.count, s.unit), {}) for s in held]
+        parts += await asyncio.gather(*(self._load(s) for s in missing))
+        for sibling in held:
+            self._log("merge", [sibling.unit], epoch, sibling.count)
+            self._forget([sibling.unit], sibling.count)
+        self._took(merged, counters.merge(parts))
+        self._log("acquire", [merged.unit], epoch, merged.count)
+
+    def _unit_of(self, key: str, count: int) -> int:
+        return get_scheme(self._table().key_scheme).unit(key, count)
+
+    def _forget(self, units: Iterable[str], count: int) -> None:
+        for unit in units:
+            self.tokens.pop((count, unit), None)
+            self.counters.pop((count, unit), None)
+            if any(u == unit for _, u in self.counters):
+                continue  # a split or merge already made a unit of that number of the new count
             self.rates.forget(unit)
+            if self.burner is not None:
+                self.burner.drop(frozenset({unit}))
 
     # ---------------------------------------------------------------------------------- HTTP
 
     async def handle_key(self, request: web.Request) -> web.Response:
-        key = request.match_info["key"]
+        return await self._serve(request.match_info["key"], increment=False, number=None)
+
+    async def handle_increment(self, request: web.Request) -> web.Response:
+        """POST /key/<id>[?n=N]: count one increment of the key (numbered: applied once)."""
+        text = request.query.get("n")
+        number = int(text) if text is not None and text.isdecimal() else None
+        if text is not None and (number is None or number < 1):
+            body = {"error": f"n must be an integer >= 1, not {text!r}"}
+            return web.json_response(body, status=400)
+        return await self._serve(request.match_info["key"], increment=True, number=number)
+
+    async def _serve(self, key: str, *, increment: bool, number: int | None) -> web.Response:
         w = self.worker
         try:
             unit = w.unit_of(key)
@@ -272,18 +397,33 @@ class DemoWorker:
                 return web.json_response(body, status=421, headers={"Apportion-Owner": owner})
             reason = "unassigned" if owner is None else "in hand-off"
             return _unavailable({"key": key, "unit": unit, "owner": owner, "reason": reason})
-        token = w.token(unit)
+        # Owned: the count is the table's and the counters of (count, unit) are in memory.
+        # Nothing awaits between the ownership check and the update.
+        counts = self.counters.setdefault((self._table().count, unit), {})
+        if increment:
+            value = counters.increment(counts, key, number).count
+        else:
+            value = counts[key].count if key in counts else 0
+        served_at = time.time()
+        token, epoch = w.token(unit), w.epoch
         self.in_flight[unit] += 1
         try:
             self.rates.count(unit)
             if self.work_time:
                 await asyncio.sleep(self.work_time)
-            self.served[unit] += 1
         finally:
             self.in_flight[unit] -= 1
             async with self._idle:
                 self._idle.notify_all()
-        body = {"key": key, "unit": unit, "pod": w.pod_name, "token": token, "epoch": w.epoch}
+        body = {
+            "key": key,
+            "unit": unit,
+            "pod": w.pod_name,
+            "token": token,
+            "epoch": epoch,
+            "count": value,
+            "time": served_at,
+        }
         return web.json_response(body)
 
     async def handle_units(self, request: web.Request) -> web.Response:
@@ -296,6 +436,19 @@ class DemoWorker:
             "draining": w.draining,
             "units": mine,
         }
+        return web.json_response(body)
+
+    async def handle_counters(self, request: web.Request) -> web.Response:
+        """GET /counters: {"pod", "epoch", "count", "units": {unit: {key: count}}}, the
+        counters of the units served now."""
+        w = self.worker
+        table = w.table
+        count = 0 if table is None else table.count
+        units = {
+            unit: {k: e.count for k, e in sorted(self.counters.get((count, unit), {}).items())}
+            for unit in unit_order(w.my_units())
+        }
+        body = {"pod": w.pod_name, "epoch": w.epoch, "count": count, "units": units}
         return web.json_response(body)
 
 

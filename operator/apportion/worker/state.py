@@ -237,6 +237,10 @@ class WorkerState:
         flag_stale = (written is not None and written.draining) != self.draining
         if self.view is None:
             return Ack(uid=self.me.uid, epoch=0, draining=self.draining) if flag_stale else None
+        if self.held and self.held_count != self.view.count:
+            # `held` is named in the previous count until the reshape: an ack now would call a
+            # new unit released whose state is still in its parents here, not handed over.
+            return None
         ack = make_ack(self.view, self.me, pending=self.held, draining=self.draining)
         released = releasing_units(self.view, self.me) - ack.pending
         if flag_stale or any(not self._covers(written, unit) for unit in released):

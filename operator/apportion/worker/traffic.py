@@ -1,6 +1,7 @@
 """The demo's load generator (`apportion demo-traffic`, docs/tutorial.md).
 
-Sends requests for Zipf-skewed keys to the workers of PartitionSets and ShardSets, routed as a
+Sends increments (`POST /key/<id>`: the demo workers count per key, and hand the counters over
+with their units) for Zipf-skewed keys to the workers of PartitionSets and ShardSets, routed as a
 smart client routes them — the key scheme names the unit, the set's published table names its
 pod, and a 421 from a pod that just gave the unit away names the new owner — and asks the silos
 of GrainTypes for new activations. Keys get real per-unit load this way: the workers count the
@@ -286,7 +287,7 @@ class Traffic:
             # One redirect: a unit in hand-off is named by its old owner's 421.
             for _ in range(2):
                 try:
-                    async with http.get(f"http://{self.addresses[pod]}/key/{key}") as answer:
+                    async with http.post(f"http://{self.addresses[pod]}/key/{key}") as answer:
                         status, owner = answer.status, answer.headers.get("Apportion-Owner")
                 except (aiohttp.ClientError, TimeoutError):
                     counts["failed"] += 1

@@ -287,6 +287,13 @@ class Worker:
         return self._state
 
     @property
+    def client(self) -> AsyncClient:
+        """The API client the worker uses (for the app's own objects, e.g. state to hand over)."""
+        if self._client is None:
+            raise RuntimeError("the worker is not started")
+        return self._client
+
+    @property
     def table(self) -> AssignmentTable | None:
         """The newest assignment table seen (None before the operator wrote one)."""
         return self.state.view

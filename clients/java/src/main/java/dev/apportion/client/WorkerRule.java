@@ -106,7 +106,8 @@ public final class WorkerRule {
   /**
    * The resharding rule (apportion.engine.reshard.reshape), before {@link #plan}, for a table
    * whose count differs from {@code viewCount}, the count of the last table handled; null when
-   * it does not. A new unit takes over state only if it is mine still under the token the
+   * it does not. A new unit takes over state only if it is mine (also when a later table marks
+   * it releasing from me: the release then hands the state over) still under the token the
    * resharding gave it, and only from parents served under exactly the token they had just
    * before it; anything else is dropped and acquired afresh.
    */
@@ -126,9 +127,12 @@ public final class WorkerRule {
     int factor = Math.max(lineage.fromCount(), lineage.toCount())
         / Math.min(lineage.fromCount(), lineage.toCount());
     boolean split = lineage.toCount() > lineage.fromCount();
+    // Releasing from me counts as mine: the state is carried, then handed over by the release.
+    Set<String> mineNow = new HashSet<>(ownedUnits(table, me));
+    mineNow.addAll(releasingUnits(table, me));
     for (int unit = 0; unit < lineage.toCount(); unit++) {
       String name = Integer.toString(unit);
-      if (!isOwner(table, me, name) || table.units().get(name).epoch() != lineage.epoch()) {
+      if (!mineNow.contains(name) || table.units().get(name).epoch() != lineage.epoch()) {
         continue;
       }
       int first = split ? unit / factor : unit * factor;

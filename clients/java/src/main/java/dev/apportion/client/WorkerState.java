@@ -226,6 +226,11 @@ public final class WorkerState {
     if (view == null) {
       return flagStale ? new Ack(me.uid(), 0, Set.of(), draining) : null;
     }
+    if (!held.isEmpty() && !Integer.valueOf(view.count()).equals(heldCount)) {
+      // held is named in the previous count until the reshape: an ack now would call a new
+      // unit released whose state is still in its parents here, not handed over.
+      return null;
+    }
     Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining);
     Set<String> released = WorkerRule.releasingUnits(view, me);
     released.removeAll(ack.pending());
