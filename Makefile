@@ -35,7 +35,7 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool) once per version into ~/.cache/apportion/tools.
+# Builds the Go tools the tests run (promtool, helm) once per version into ~/.cache/apportion.
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
