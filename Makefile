@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test \
-	unit e2e java bench lint crds monitoring tutorial-pictures
+	unit e2e java bench lint crds monitoring dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -35,7 +35,7 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool) once per version into ~/.cache/apportion/tools.
+# Builds the Go tools the tests run (promtool, helm) once per version into ~/.cache/apportion.
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
@@ -78,6 +78,11 @@ crds: setup
 # manifests/monitoring/prometheusrule.yaml from manifests/monitoring/rules.yaml.
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py
+
+# manifests/monitoring/dashboards/apportion.json, the Grafana dashboard of one set, from
+# scripts/grafana_dashboard.py (grafana-foundation-sdk).
+dashboard: setup
+	$(BIN)/python scripts/grafana_dashboard.py
 
 # The pictures of docs/tutorial.md: the simulator's per-pod load over the tutorial's scenarios,
 # on the demo's fleet (32 partitions, 4 pods). Seeded: the same command draws the same pictures.

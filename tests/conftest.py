@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from apportion.devcluster.tools import PROMTOOL, ensure_tool
+from apportion.devcluster.tools import HELM, PROMTOOL, ensure_tool
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +15,10 @@ def promtool(request: pytest.FixtureRequest) -> Path:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():  # a first build takes minutes: show its progress
         return ensure_tool(PROMTOOL) / "promtool"
+
+
+@pytest.fixture(scope="session")
+def helm_binary(request: pytest.FixtureRequest) -> Path:
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        return ensure_tool(HELM) / "helm"

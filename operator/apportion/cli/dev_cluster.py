@@ -5,7 +5,7 @@ build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the
 image       build apportion's container image from the Dockerfile with buildah (`make image`)
 start       start a cluster that keeps running after the command returns; `--node real` runs a
             real node (kubelet + containerd, root on Linux) instead of the pod simulator
-tools       build the Go tools the tests run (promtool; once per version)
+tools       build the Go tools the tests run (promtool, helm; once per version)
 stop        stop it and delete its state
 status      show whether it runs and where its kubeconfig is
 kubeconfig  print the kubeconfig path (`export KUBECONFIG=$(apportion dev-cluster kubeconfig)`)
@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("build", help="build the control-plane binaries if they are not cached")
     actions.add_parser("image", help="build apportion's image with buildah")
-    actions.add_parser("tools", help="build the test tools (promtool) if they are not cached")
+    actions.add_parser("tools", help="build the test tools (promtool, helm) if they are not cached")
     state_dir_help = (
         "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
         "dev-cluster)"

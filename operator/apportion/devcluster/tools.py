@@ -1,7 +1,7 @@
 """Go programs beside the control plane, each from a wrapper module of its own under tests/e2e
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, and the tools the tests run (promtool)."""
+metrics-server, and the tools the tests run (promtool, helm)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,15 @@ PROMTOOL = GoTool(
     ("promtool",),
     "github.com/prometheus/common/version.Version",
 )
-TEST_TOOLS = (PROMTOOL,)
+HELM = GoTool(
+    "helm",
+    "tools/helm",
+    "helm.sh/helm/v3",
+    ("helm",),
+    # `helm version` reads it; unstamped, helm reports its module's placeholder version
+    "helm.sh/helm/v3/internal/version.version",
+)
+TEST_TOOLS = (PROMTOOL, HELM)
 """What `make tools` builds: the tools the tests run against what we ship."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
