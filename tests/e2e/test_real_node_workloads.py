@@ -26,6 +26,7 @@ from apportion.devcluster.realnode.node import NODE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"
+DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 RESTRICTED = {
     "runAsNonRoot": True,
     "allowPrivilegeEscalation": False,
@@ -405,6 +406,72 @@ def test_the_standby_takes_over_when_the_kubelet_stops_the_active_operator(
             ),
             timeout=120,
             message="the standby never made the new set Ready",
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def deployment_sample() -> str:
+    """The PartitionSet sample on a 3-replica Deployment instead of a StatefulSet: a ReplicaSet
+    chooses which pod a scale-in removes, by `controller.kubernetes.io/pod-deletion-cost`."""
+    documents = list(yaml.safe_load_all(sample("partitionset-demo.yaml")))
+    for document in documents:
+        if document["kind"] == "StatefulSet":
+            document["kind"] = "Deployment"
+            for field in ("serviceName", "podManagementPolicy"):
+                document["spec"].pop(field)
+            document["spec"]["replicas"] = 3
+        if document["kind"] == "PartitionSet":
+            document["spec"]["workloadRef"]["kind"] = "Deployment"
+    return yaml.safe_dump_all(documents)
+
+
+def test_a_deployment_scale_in_removes_the_pod_the_deletion_cost_names(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    """Drain one pod (it hands every partition off and its deletion cost drops to 0), then scale
+    the Deployment in: the real ReplicaSet controller removes that pod, not another."""
+    cluster = installed_operator
+    namespace = f"deploy-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=deployment_sample())
+
+        def costs() -> dict[str, int] | None:
+            pods = _pods(cluster, namespace, "app=demo-workers")
+            found = {
+                p["metadata"]["name"]: p["metadata"].get("annotations", {}).get(DELETION_COST)
+                for p in pods
+            }
+            if len(found) != 3 or None in found.values():
+                return None
+            return {name: int(cost) for name, cost in found.items()}
+
+        wait_for(
+            lambda: (c := costs()) and sum(c.values()) == 32,
+            timeout=180,
+            message="the workers never carried their partition counts as deletion costs",
+        )
+        drained = sorted(costs() or {})[1]
+        cluster.kubectl("annotate", "pod", "-n", namespace, drained, "apportion.dev/drain=true")
+        wait_for(
+            lambda: (c := costs()) and c[drained] == 0 and sum(c.values()) == 32,
+            timeout=120,
+            message=f"{drained} never handed everything off",
+        )
+        cluster.kubectl("scale", "-n", namespace, "deployment/demo-workers", "--replicas=2")
+        wait_for(
+            lambda: (
+                len(
+                    names := {
+                        p["metadata"]["name"] for p in _pods(cluster, namespace, "app=demo-workers")
+                    }
+                )
+                == 2
+                and drained not in names
+            ),
+            timeout=120,
+            message=f"the ReplicaSet did not remove {drained}",
         )
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
