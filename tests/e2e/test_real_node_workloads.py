@@ -208,7 +208,7 @@ def _assignment(cluster: DevCluster, namespace: str, kind: str, name: str) -> di
     return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
 
 
-def test_demo_workers_follow_the_placement_as_containers_and_hand_off_on_sigterm(
+def test_demo_workers_follow_the_placement_as_containers_through_scale_in_and_rollout(
     installed_operator: DevCluster, wait_for: Callable[..., Any]
 ) -> None:
     cluster = installed_operator
@@ -242,7 +242,22 @@ def test_demo_workers_follow_the_placement_as_containers_and_hand_off_on_sigterm
         assert sorted(u for units in served.values() for u in units) == sorted(
             str(u) for u in range(32)
         )
-        # The drained pod acknowledged every hand-off: none was forced by a timeout.
+
+        # A rolling restart: the StatefulSet controller replaces one pod at a time, the kubelet
+        # sends each SIGTERM, and each drains through hand-offs before it exits.
+        before = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
+        cluster.kubectl("rollout", "restart", "-n", namespace, "statefulset/demo-workers")
+        cluster.kubectl(
+            "rollout", "status", "-n", namespace, "statefulset/demo-workers", "--timeout=300s"
+        )
+        after = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
+        assert not before & after  # every pod was replaced
+        wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced after the rollout")
+        served = _served_by_pod(cluster, namespace)
+        assert sorted(u for units in served.values() for u in units) == sorted(
+            str(u) for u in range(32)
+        )
+        # Every pod that left acknowledged its hand-offs: none was forced by a timeout.
         events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         reasons = {e["reason"] for e in json.loads(events)["items"]}
         assert "HandoffTimedOut" not in reasons
