@@ -248,7 +248,13 @@ def test_demo_workers_follow_the_placement_as_containers_through_scale_in_and_ro
         before = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
         cluster.kubectl("rollout", "restart", "-n", namespace, "statefulset/demo-workers")
         cluster.kubectl(
-            "rollout", "status", "-n", namespace, "statefulset/demo-workers", "--timeout=300s"
+            "rollout",
+            "status",
+            "-n",
+            namespace,
+            "statefulset/demo-workers",
+            "--timeout=300s",
+            timeout=320,
         )
         after = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
         assert not before & after  # every pod was replaced
