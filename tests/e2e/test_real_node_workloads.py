@@ -14,6 +14,7 @@ import textwrap
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -208,61 +209,73 @@ def _assignment(cluster: DevCluster, namespace: str, kind: str, name: str) -> di
     return json.loads(cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json").stdout)
 
 
-def test_demo_workers_follow_the_placement_as_containers_through_scale_in_and_rollout(
-    installed_operator: DevCluster, wait_for: Callable[..., Any]
+@dataclass(frozen=True)
+class UnitSample:
+    file: str
+    kind: str
+    name: str
+    workers: str  # StatefulSet, its ServiceAccount and its `app` label
+    units: int
+    replicas: int
+
+
+UNIT_SAMPLES = (
+    UnitSample("partitionset-demo.yaml", "partitionset", "demo", "demo-workers", 32, 4),
+    UnitSample("shardset-demo.yaml", "shardset", "carts", "cart-workers", 1000, 3),
+)
+
+
+@pytest.mark.parametrize("demo", UNIT_SAMPLES, ids=lambda s: s.kind)
+def test_workers_follow_the_placement_as_containers_through_scale_in_and_rollout(
+    installed_operator: DevCluster, wait_for: Callable[..., Any], demo: UnitSample
 ) -> None:
     cluster = installed_operator
-    namespace = f"demo-{secrets.token_hex(3)}"
+    namespace = f"{demo.kind}-{secrets.token_hex(3)}"
+    workers, selector = f"statefulset/{demo.workers}", f"app={demo.workers}"
+    every_unit = sorted(str(u) for u in range(demo.units))
     cluster.kubectl("create", "namespace", namespace)
     cluster.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=baseline")
     try:
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample("partitionset-demo.yaml"))
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample(demo.file))
 
         def balanced_over(members: int) -> dict[str, Any] | None:
-            pset = _assignment(cluster, namespace, "partitionset", "demo")
-            status = pset.get("status", {})
-            if _condition(pset, "Balanced") != "True" or _condition(pset, "Ready") != "True":
+            found = _assignment(cluster, namespace, demo.kind, demo.name)
+            status = found.get("status", {})
+            if _condition(found, "Balanced") != "True" or _condition(found, "Ready") != "True":
                 return None
             return status if status.get("members") == members else None
 
-        wait_for(lambda: balanced_over(4), timeout=180, message="demo never Balanced on 4 pods")
-        status = who_am_i(cluster, namespace, "demo-workers-0")
-        assert status["userInfo"]["username"] == (f"system:serviceaccount:{namespace}:demo-workers")
+        wait_for(lambda: balanced_over(demo.replicas), timeout=180, message="never Balanced")
+        status = who_am_i(cluster, namespace, f"{demo.workers}-0")
+        assert status["userInfo"]["username"] == (
+            f"system:serviceaccount:{namespace}:{demo.workers}"
+        )
 
-        # Scale in: the kubelet sends SIGTERM to demo-workers-3, which drains its partitions
-        # through hand-offs before it exits.
-        cluster.kubectl("scale", "-n", namespace, "statefulset/demo-workers", "--replicas=3")
-        wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced on 3 pods")
+        # Scale in: the kubelet sends SIGTERM to the last pod, which drains its units through
+        # hand-offs before it exits.
+        fewer = demo.replicas - 1
+        cluster.kubectl("scale", "-n", namespace, workers, f"--replicas={fewer}")
+        wait_for(lambda: balanced_over(fewer), timeout=180, message="never Balanced after scale-in")
         wait_for(
-            lambda: len(_pods(cluster, namespace, "app=demo-workers")) == 3,
-            message="demo-workers-3 never went (it exits once drained)",
+            lambda: len(_pods(cluster, namespace, selector)) == fewer,
+            message="the last pod never went (it exits once drained)",
         )
-        served = _served_by_pod(cluster, namespace)
-        assert set(served) == {f"demo-workers-{i}" for i in range(3)}
-        assert sorted(u for units in served.values() for u in units) == sorted(
-            str(u) for u in range(32)
-        )
+        served = _served_by_pod(cluster, namespace, selector)
+        assert set(served) == {f"{demo.workers}-{i}" for i in range(fewer)}
+        assert sorted(u for units in served.values() for u in units) == every_unit
 
         # A rolling restart: the StatefulSet controller replaces one pod at a time, the kubelet
         # sends each SIGTERM, and each drains through hand-offs before it exits.
-        before = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
-        cluster.kubectl("rollout", "restart", "-n", namespace, "statefulset/demo-workers")
+        before = {p["metadata"]["uid"] for p in _pods(cluster, namespace, selector)}
+        cluster.kubectl("rollout", "restart", "-n", namespace, workers)
         cluster.kubectl(
-            "rollout",
-            "status",
-            "-n",
-            namespace,
-            "statefulset/demo-workers",
-            "--timeout=300s",
-            timeout=320,
+            "rollout", "status", "-n", namespace, workers, "--timeout=300s", timeout=320
         )
-        after = {p["metadata"]["uid"] for p in _pods(cluster, namespace, "app=demo-workers")}
+        after = {p["metadata"]["uid"] for p in _pods(cluster, namespace, selector)}
         assert not before & after  # every pod was replaced
-        wait_for(lambda: balanced_over(3), timeout=180, message="never Balanced after the rollout")
-        served = _served_by_pod(cluster, namespace)
-        assert sorted(u for units in served.values() for u in units) == sorted(
-            str(u) for u in range(32)
-        )
+        wait_for(lambda: balanced_over(fewer), timeout=180, message="never Balanced after rollout")
+        served = _served_by_pod(cluster, namespace, selector)
+        assert sorted(u for units in served.values() for u in units) == every_unit
         # Every pod that left acknowledged its hand-offs: none was forced by a timeout.
         events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         reasons = {e["reason"] for e in json.loads(events)["items"]}
@@ -271,10 +284,10 @@ def test_demo_workers_follow_the_placement_as_containers_through_scale_in_and_ro
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def _served_by_pod(cluster: DevCluster, namespace: str) -> dict[str, list[str]]:
+def _served_by_pod(cluster: DevCluster, namespace: str, selector: str) -> dict[str, list[str]]:
     """What each worker says it serves (GET /units inside its container)."""
     served = {}
-    for pod in _pods(cluster, namespace, "app=demo-workers"):
+    for pod in _pods(cluster, namespace, selector):
         name = pod["metadata"]["name"]
         answer = cluster.kubectl(
             "exec",
