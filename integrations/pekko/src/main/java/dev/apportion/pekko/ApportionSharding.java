@@ -82,8 +82,9 @@ public final class ApportionSharding<M> implements AutoCloseable {
 
   /**
    * The settings this integration needs, to put under the application's own: the member role
-   * {@code pod:$POD_NAME}, and no JVM shutdown hook of Pekko's (ours drains through apportion
-   * first, then runs Pekko's coordinated shutdown).
+   * {@code pod:$POD_NAME}, and no JVM shutdown hooks of Pekko's (Artery's would cut the
+   * connections at SIGTERM, CoordinatedShutdown's would leave before the hand-off: ours drains
+   * through apportion first, then runs Pekko's coordinated shutdown).
    */
   public static Config podConfig() {
     String pod = System.getenv("POD_NAME");
@@ -93,6 +94,7 @@ public final class ApportionSharding<M> implements AutoCloseable {
     return ConfigFactory.parseMap(
         Map.of(
             "pekko.cluster.roles", java.util.List.of(POD_ROLE + pod),
+            "pekko.jvm-shutdown-hooks", "off",
             "pekko.coordinated-shutdown.run-by-jvm-shutdown-hook", "off"));
   }
 
@@ -220,11 +222,14 @@ public final class ApportionSharding<M> implements AutoCloseable {
    * leave the cluster with Pekko's coordinated shutdown. */
   public void installShutdownHook(Duration drainTimeout) {
     Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+      // System.err, not the logger: java.util.logging closes its handlers at JVM shutdown.
+      System.err.println("apportion-pekko: SIGTERM, draining " + worker.myUnits());
       worker.drain();
       try {
         if (!worker.awaitDrained(drainTimeout)) {
           LOG.warning("drain timeout over before every shard was handed off");
         }
+        System.err.println("apportion-pekko: drained; leaving the cluster");
         close();
         CoordinatedShutdown.get(system).runAll(CoordinatedShutdown.jvmExitReason())
             .toCompletableFuture().get(10, TimeUnit.SECONDS);
