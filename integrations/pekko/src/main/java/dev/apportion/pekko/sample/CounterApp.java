@@ -38,7 +38,7 @@ import org.apache.pekko.cluster.typed.Cluster;
 public final class CounterApp {
   private static final int PEKKO_PORT = 2551;
   private static final int HTTP_PORT = 8080;
-  private static final Duration ASK = Duration.ofSeconds(20);
+  private static final Duration ASK = Duration.ofSeconds(5);
   private static final ObjectMapper JSON = new ObjectMapper();
 
   private CounterApp() {}
