@@ -3,7 +3,8 @@ app runs in process pods of a StatefulSet, Artery on each pod's own 127.x addres
 3 → 5 → 2 nodes while messages flow. After each step settles Pekko's own view
 (GetClusterShardingStats) equals the ShardSet's table; no entity is ever alive on two nodes at
 once (from the start/stop lines entities log); every message is counted (Pekko delivers at most
-once, so the senders retry what was not answered, and only those may count twice); `apportion locate --scheme akka` names the pod every entity runs on."""
+once, so the senders retry what was not answered, and only those may count twice); no release
+is forced by handoffTimeout; `apportion locate --scheme akka` names the pod every entity runs on."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unitset_support import apply, get, is_true, read_table, unit_set, workers
+from unitset_support import apply, events, get, is_true, read_table, unit_set, workers
 
 from apportion.api.unitset import assignment_config_map
 from apportion.engine.locate import locate
@@ -38,8 +39,16 @@ def classpath() -> str:
     repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
     for module, goal in (("clients/java", "install"), ("integrations/pekko", "package")):
         subprocess.run(
-            ["mvn", "-q", "-B", f"-Dmaven.repo.local={repo}", "-f", str(REPO / module / "pom.xml")]
-            + [goal, "-DskipTests"],
+            [
+                "mvn",
+                "-q",
+                "-B",
+                f"-Dmaven.repo.local={repo}",
+                "-f",
+                str(REPO / module / "pom.xml"),
+                goal,
+                "-DskipTests",
+            ],
             check=True,
         )
     target = REPO / "integrations" / "pekko" / "target"
@@ -117,7 +126,7 @@ class Traffic:
             t.join(60)
 
 
-_LINE = re.compile(r"^(\d+\.\d+) (start|msg|stop) entity=(\S+) pod=(\S+)(?: seq=(\d+))?", re.M)
+_LINE = re.compile(r"\b(\d+\.\d{3}) (start|msg|stop) entity=(\S+) pod=([\w-]+)(?: seq=(\d+))?")
 
 
 def entity_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[tuple]:
@@ -152,8 +161,15 @@ def test_pekko_follows_the_shardset_while_scaling(
     sts = workers(
         STS,
         3,
-        command=["java", "-cp", classpath, "dev.apportion.pekko.sample.CounterApp"]
-        + [SET, str(SHARDS), f"{STS}-0"],
+        command=[
+            "java",
+            "-cp",
+            classpath,
+            "dev.apportion.pekko.sample.CounterApp",
+            SET,
+            str(SHARDS),
+            f"{STS}-0",
+        ],
         grace=30,
     )
     container = sts["spec"]["template"]["spec"]["containers"][0]
@@ -218,13 +234,19 @@ def test_pekko_follows_the_shardset_while_scaling(
         convergence[step] = round(time.monotonic() - start, 1)
         assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // replicas)
     traffic.stop()
+    # Every release was carried out by Pekko and acknowledged (none forced after
+    # handoffTimeout), and the leaving nodes drained before they went.
+    evs = events(kubectl, namespace, SET)
+    assert not [e["note"] for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]
     print(f"\nPekko convergence (s, scale command to view == table): {convergence}")
 
     print(f"messages: {len(traffic.replies)}, retried after no answer: {len(traffic.retried)}")
     assert sum(traffic.sent.values()) == len(traffic.replies) > len(names) * 10
 
     # Every entity now runs where `apportion locate --scheme akka` says.
-    root = kubectl("get", "configmap", "-n", namespace, "-o", "json", assignment_config_map("ShardSet", SET))
+    root = kubectl(
+        "get", "configmap", "-n", namespace, "-o", "json", assignment_config_map("ShardSet", SET)
+    )
     located = subprocess.run(
         [sys.executable, "-m", "apportion", "locate", "--json", "--table", "-", *names],
         input=root.stdout,

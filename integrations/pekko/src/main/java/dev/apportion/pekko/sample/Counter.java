@@ -43,8 +43,11 @@ public final class Counter {
   }
 
   private static void log(String what, String entity, String pod, String rest) {
-    System.out.printf(java.util.Locale.ROOT, "%.3f %s entity=%s pod=%s%s%n",
+    String line = String.format(java.util.Locale.ROOT, "%.3f %s entity=%s pod=%s%s%n",
         System.currentTimeMillis() / 1000.0, what, entity, pod, rest);
+    // One write: Pekko's logger shares the pod's output, and a line cut in two would be lost.
+    byte[] bytes = line.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+    System.out.write(bytes, 0, bytes.length);
     System.out.flush();
   }
 }

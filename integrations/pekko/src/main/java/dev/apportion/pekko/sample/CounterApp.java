@@ -44,6 +44,8 @@ public final class CounterApp {
   private CounterApp() {}
 
   public static void main(String[] args) throws Exception {
+    // Pekko's log lines and the entities' lines through one (synchronized) stream: never mixed.
+    System.setProperty("org.slf4j.simpleLogger.logFile", "System.out");
     String set = args[0];
     int shards = Integer.parseInt(args[1]);
     String pod = System.getenv("POD_NAME");
