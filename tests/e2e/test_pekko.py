@@ -1,0 +1,277 @@
+"""Pekko Cluster Sharding on a ShardSet (integrations/pekko, docs/pekko.md): the sample Counter
+app runs in process pods of a StatefulSet, Artery on each pod's own 127.x address, and scales
+3 → 5 → 2 nodes while messages flow. After each step settles Pekko's own view
+(GetClusterShardingStats) equals the ShardSet's table; no entity is ever alive on two nodes at
+once (from the start/stop lines entities log); every message is counted (Pekko delivers at most
+once, so the senders retry what was not answered, and only those may count twice); no release
+is forced by handoffTimeout; `apportion locate --scheme akka` names the pod every entity runs on."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from unitset_support import apply, events, get, is_true, read_table, unit_set, workers
+
+from apportion.api.unitset import assignment_config_map
+from apportion.engine.locate import locate
+
+REPO = Path(__file__).resolve().parents[2]
+SET, SHARDS, STS = "counters", 12, "pk"
+ENTITIES_PER_SHARD = 2
+_http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@pytest.fixture(scope="module")
+def classpath() -> str:
+    """The client installed and the integration packaged as `make java` does (seconds when up
+    to date)."""
+    repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
+    for module, goal in (("clients/java", "install"), ("integrations/pekko", "package")):
+        subprocess.run(
+            [
+                "mvn",
+                "-q",
+                "-B",
+                f"-Dmaven.repo.local={repo}",
+                "-f",
+                str(REPO / module / "pom.xml"),
+                goal,
+                "-DskipTests",
+            ],
+            check=True,
+        )
+    target = REPO / "integrations" / "pekko" / "target"
+    return f"{target / 'classes'}:{(target / 'classpath.txt').read_text().strip()}"
+
+
+def entities() -> list[str]:
+    """ENTITIES_PER_SHARD entity ids for every shard, found with the akka scheme, so traffic
+    keeps every shard alive in Pekko's view."""
+    by_shard: dict[str, list[str]] = defaultdict(list)
+    n = 0
+    while min((len(by_shard[str(s)]) for s in range(SHARDS)), default=0) < ENTITIES_PER_SHARD:
+        name = f"counter-{n}"
+        unit = str(locate([name], scheme="akka", count=SHARDS)[0].unit)
+        if len(by_shard[unit]) < ENTITIES_PER_SHARD:
+            by_shard[unit].append(name)
+        n += 1
+    return sorted(e for names in by_shard.values() for e in names)
+
+
+def fetch(url: str, timeout: float = 30) -> tuple[int, str]:
+    try:
+        with _http.open(url, timeout=timeout) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+    except OSError as error:
+        return 0, str(error)
+
+
+class Traffic:
+    """Threads sending numbered Count messages per entity through the given pods' /send, one
+    message at a time per entity; every reply is kept, every retry noted."""
+
+    def __init__(self, urls: list[str], names: list[str], threads: int = 4) -> None:
+        self.urls = urls
+        self.sent: dict[str, int] = Counter()
+        self.replies: list[dict[str, Any]] = []
+        self.retried: list[tuple[str, int, str]] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(names[i::threads],), daemon=True)
+            for i in range(threads)
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def send(self, entity: str, url: str) -> dict[str, Any]:
+        """Sends the entity's next message until it is answered: Pekko delivers at most once
+        (a region drops messages it buffered for a shard that is handed off meanwhile), so a
+        sender that must not lose one retries, as a Pekko application asks with retries."""
+        self.sent[entity] += 1
+        seq = self.sent[entity]
+        while True:
+            status, body = fetch(f"{url}/send?entity={entity}&seq={seq}")
+            if status == 200:
+                reply = json.loads(body)
+                self.replies.append(reply)
+                return reply
+            self.retried.append((entity, seq, f"{status} {body[:160]}"))
+
+    def _run(self, names: list[str]) -> None:
+        i = 0
+        while not self._stop.is_set():
+            for entity in names:
+                self.send(entity, self.urls[i % len(self.urls)])
+                i += 1
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+
+_LINE = re.compile(r"\b(\d+\.\d{3}) (start|msg|stop) entity=(\S+) pod=([\w-]+)(?: seq=(\d+))?")
+
+
+def entity_log(dev_cluster: Any, namespace: str, pods: list[str]) -> list[tuple]:
+    """(time, action, entity, pod, seq) of every entity line, in time order."""
+    found = []
+    for pod in pods:
+        path = Path(dev_cluster.pod_log_path(namespace, pod))
+        text = path.read_text(errors="replace") if path.exists() else ""
+        for t, action, entity, who, seq in _LINE.findall(text):
+            found.append((float(t), action, entity, who, int(seq) if seq else None))
+    return sorted(found, key=lambda line: line[0])
+
+
+def twice_alive(log: list[tuple]) -> list[str]:
+    """Entities started on a pod while alive on another (its stop logged later)."""
+    alive: dict[str, str] = {}
+    found = []
+    for t, action, entity, pod, _ in log:
+        if action == "start":
+            if entity in alive and alive[entity] != pod:
+                found.append(f"{entity} started on {pod} at {t} while alive on {alive[entity]}")
+            alive[entity] = pod
+        elif action == "stop" and alive.get(entity) == pod:
+            del alive[entity]
+    return found
+
+
+def test_pekko_follows_the_shardset_while_scaling(
+    operator, dev_cluster, namespace, kubectl, wait_for, classpath
+) -> None:
+    names = entities()
+    sts = workers(
+        STS,
+        3,
+        command=[
+            "java",
+            "-cp",
+            classpath,
+            "dev.apportion.pekko.sample.CounterApp",
+            SET,
+            str(SHARDS),
+            f"{STS}-0",
+        ],
+        grace=30,
+    )
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    # Ready once this node is an Up member: apportion places shards only where Pekko can.
+    container["readinessProbe"] = {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 1}
+    spec = {
+        "shards": SHARDS,
+        "workloadRef": {"kind": "StatefulSet", "name": STS},
+        "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+    }
+    apply(kubectl, namespace, sts, unit_set("ShardSet", SET, spec))
+
+    def url(pod: str) -> str:
+        return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
+
+    def ready(pod: str) -> bool:
+        found = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
+        if found.returncode:
+            return False
+        conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+    wait_for(lambda: ready(f"{STS}-0") and ready(f"{STS}-1"), 90, "pk-0 and pk-1 never Ready")
+    # pk-0 and pk-1 stay through every step: messages enter the cluster there.
+    front = [url(f"{STS}-0"), url(f"{STS}-1")]
+    traffic = Traffic(front, names)
+    traffic.start()
+
+    last: dict[str, Any] = {}
+
+    def agreed(replicas: int) -> dict[str, set[str]] | None:
+        """The table settled over exactly `replicas` pods, and Pekko's view equal to it."""
+        table = read_table(kubectl, namespace, "ShardSet", SET)
+        if table is None:
+            return None
+        wanted = {m: set(u) for m, u in table.by_member().items() if u}
+        last.update(epoch=table.epoch, table=wanted, releasing=table.releasing(), view=None)
+        if table.releasing():
+            return None
+        if set(wanted) != {f"{STS}-{i}" for i in range(replicas)}:
+            return None
+        if not is_true(get(kubectl, namespace, "sset", SET), "Balanced"):
+            return None
+        status, body = fetch(f"{front[0]}/view", timeout=10)
+        if status != 200:
+            return None
+        view = {pod: set(shards) for pod, shards in json.loads(body).items() if shards}
+        last["view"] = view
+        return wanted if view == wanted else None
+
+    convergence: dict[str, float] = {}
+    step = "3"
+    start = time.monotonic()
+    for replicas in (3, 5, 2):
+        if replicas != 3:
+            step = f"{step.split('→')[-1]}→{replicas}"
+            kubectl("scale", "-n", namespace, "statefulset", STS, f"--replicas={replicas}")
+            start = time.monotonic()
+        final = wait_for(
+            lambda r=replicas: agreed(r), 120, f"Pekko agreeing on {replicas} pods; last: {last}"
+        )
+        convergence[step] = round(time.monotonic() - start, 1)
+        assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // replicas)
+    traffic.stop()
+    # Every release was carried out by Pekko and acknowledged (none forced after
+    # handoffTimeout), and the leaving nodes drained before they went.
+    evs = events(kubectl, namespace, SET)
+    assert not [e["note"] for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]
+    print(f"\nPekko convergence (s, scale command to view == table): {convergence}")
+
+    print(f"messages: {len(traffic.replies)}, retried after no answer: {len(traffic.retried)}")
+    assert sum(traffic.sent.values()) == len(traffic.replies) > len(names) * 10
+
+    # Every entity now runs where `apportion locate --scheme akka` says.
+    root = kubectl(
+        "get", "configmap", "-n", namespace, "-o", "json", assignment_config_map("ShardSet", SET)
+    )
+    located = subprocess.run(
+        [sys.executable, "-m", "apportion", "locate", "--json", "--table", "-", *names],
+        input=root.stdout,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    where = {loc["id"]: loc["pod"] for loc in json.loads(located.stdout)}
+    assert {e: traffic.send(e, front[0])["pod"] for e in names} == where
+
+    pods = [f"{STS}-{i}" for i in range(5)]
+    sent = Counter({(e, seq) for e, n in traffic.sent.items() for seq in range(1, n + 1)})
+    log = wait_for(
+        lambda: (
+            (lines := entity_log(dev_cluster, namespace, pods))
+            and {(e, seq) for _, a, e, _, seq in lines if a == "msg"} >= set(sent)
+            and lines
+        ),
+        30,
+        "every message in the entity logs",
+    )
+    assert twice_alive(log) == []
+    counted = Counter((entity, seq) for _, action, entity, _, seq in log if action == "msg")
+    assert set(counted) == set(sent), "a message counted that was never sent, or one lost"
+    # A message counted twice was one sent again after its answer never came.
+    assert {m for m, n in counted.items() if n > 1} <= {(e, q) for e, q, _ in traffic.retried}
+    moved = {e for e in names if len({line[3] for line in log if line[2] == e}) > 1}
+    assert moved, "no entity moved: the scaling exercised nothing"
