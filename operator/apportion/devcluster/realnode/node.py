@@ -3,8 +3,8 @@ and kube-proxy, each with a client certificate of its own (the kubelet's names t
 API server's Node authorizer and NodeRestriction apply to it as on any cluster), and then
 metrics-server as an aggregated API in a pod.
 
-Every file lives under the cluster's state directory; what cannot (see `host`) is recorded and
-undone by `host.clean_up`.
+The node's files live in `host.NODE_ROOT` (the state directory's `node` links there); what
+the node changes elsewhere on the machine is recorded and undone by `host.clean_up`.
 """
 
 from __future__ import annotations
@@ -38,17 +38,15 @@ Wait = Callable[[Callable[[], bool], list[ProcessRecord], str], None]
 class NodePaths:
     root: Path
 
-    def __getattr__(self, name: str) -> Path:
-        # node.containerd, node.kubelet, node.cni, …: one directory per component
-        if name.startswith("_"):
-            raise AttributeError(name)
-        path = self.root / name.replace("_", "-")
+    def of(self, component: str) -> Path:
+        """The directory of one component (containerd, kubelet, cni, …), made on first use."""
+        path = self.root / component
         path.mkdir(parents=True, exist_ok=True)
         return path
 
     @property
     def socket(self) -> Path:
-        return self.containerd / "containerd.sock"
+        return self.of("containerd") / "containerd.sock"
 
 
 def prepare_images(progress: Callable[[str], None]) -> list[str]:
@@ -78,16 +76,16 @@ def start_node(
     (state_root / "node").symlink_to(host.NODE_ROOT)  # logs and kubeconfigs, beside the rest
     containerd_bin = ensure_tool(CONTAINERD)
     _write_cni_config(node)
-    (node.containerd / "config.toml").write_text(_containerd_config(node))
+    (node.of("containerd") / "config.toml").write_text(_containerd_config(node))
     containerd = spawn(
         "containerd",
-        [str(containerd_bin / "containerd"), f"--config={node.containerd / 'config.toml'}"],
+        [str(containerd_bin / "containerd"), f"--config={node.of('containerd') / 'config.toml'}"],
         env={**os.environ, "PATH": f"{containerd_bin}:{os.environ.get('PATH', '')}"},
     )
     wait(lambda: node.socket.exists(), [containerd], "containerd")
     images.import_into_containerd(node_images, containerd_bin / "ctr", node.socket, node.root)
 
-    identities = node.kubeconfigs
+    identities = node.of("kubeconfigs")
     credentials = {
         name: write_client_cert_kubeconfig(
             identities / f"{name}.yaml",
@@ -103,7 +101,7 @@ def start_node(
     }
     serving = pki.issue(
         cluster_pki.ca,
-        node.kubelet,
+        node.of("kubelet"),
         "kubelet-serving",
         common_name=f"system:node:{NODE_NAME}",
         organizations=("system:nodes",),
@@ -112,15 +110,15 @@ def start_node(
     )
     kubelet_port, healthz_port, proxy_metrics, proxy_healthz = free_ports(4)
     kubelet_config = _kubelet_config(node, cluster_pki, serving, kubelet_port, healthz_port)
-    (node.kubelet / "config.yaml").write_text(yaml.safe_dump(kubelet_config))
+    (node.of("kubelet") / "config.yaml").write_text(yaml.safe_dump(kubelet_config))
     kubelet = spawn(
         "kubelet",
         [
             str(bin_dir / "kubelet"),
-            f"--config={node.kubelet / 'config.yaml'}",
+            f"--config={node.of('kubelet') / 'config.yaml'}",
             f"--kubeconfig={credentials['kubelet']}",
-            f"--root-dir={node.kubelet / 'root'}",
-            f"--cert-dir={node.kubelet / 'pki'}",
+            f"--root-dir={node.of('kubelet') / 'root'}",
+            f"--cert-dir={node.of('kubelet') / 'pki'}",
             f"--hostname-override={NODE_NAME}",
             f"--node-ip={host.GATEWAY}",
             f"--node-labels={NODE_LABEL}=true",
@@ -181,13 +179,13 @@ def _write_cni_config(node: NodePaths) -> None:
                     # Service IPs (10.0.0.0/24) are routed through the node, where kube-proxy
                     # translates them.
                     "routes": [{"dst": "0.0.0.0/0"}],
-                    "dataDir": str(node.cni / "ipam"),
+                    "dataDir": str(node.of("cni") / "ipam"),
                 },
             }
         ],
     }
-    (node.cni / "net.d").mkdir(exist_ok=True)
-    (node.cni / "net.d" / "10-apportion.conflist").write_text(json.dumps(conflist, indent=2))
+    (node.of("cni") / "net.d").mkdir(exist_ok=True)
+    (node.of("cni") / "net.d" / "10-apportion.conflist").write_text(json.dumps(conflist, indent=2))
 
 
 def _containerd_config(node: NodePaths) -> str:
@@ -195,17 +193,17 @@ def _containerd_config(node: NodePaths) -> str:
     # it may not lower its own oom_score_adj (real-node.md).
     return f"""\
 version = 3
-root = "{node.containerd / "root"}"
-state = "{node.containerd / "state"}"
+root = "{node.of("containerd") / "root"}"
+state = "{node.of("containerd") / "state"}"
 
 [grpc]
   address = "{node.socket}"
 
 [ttrpc]
-  address = "{node.containerd / "containerd.sock.ttrpc"}"
+  address = "{node.of("containerd") / "containerd.sock.ttrpc"}"
 
 [plugins.'io.containerd.internal.v1.opt']
-  path = "{node.containerd / "opt"}"
+  path = "{node.of("containerd") / "opt"}"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
@@ -226,7 +224,7 @@ state = "{node.containerd / "state"}"
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["{host.CNI_BIN_DIR}"]
-  conf_dir = "{node.cni / "net.d"}"
+  conf_dir = "{node.of("cni") / "net.d"}"
 """
 
 
@@ -253,7 +251,7 @@ def _kubelet_config(
         # Signed by the cluster CA, so the API server and metrics-server verify the kubelet.
         "tlsCertFile": str(serving.cert),
         "tlsPrivateKeyFile": str(serving.key),
-        "podLogsDir": str(node.pod_logs),
+        "podLogsDir": str(node.of("pod-logs")),
         "authentication": {
             "anonymous": {"enabled": False},
             "webhook": {"enabled": True},
