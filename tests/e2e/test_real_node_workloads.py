@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from apportion.devcluster import DevCluster
+from apportion.devcluster import DevCluster, KubectlError
 from apportion.devcluster.realnode.images import IMAGE, for_real_node
 from apportion.devcluster.realnode.node import NODE_NAME
 
@@ -260,9 +260,11 @@ def test_workers_follow_the_placement_as_containers_through_scale_in_and_rollout
             lambda: len(_pods(cluster, namespace, selector)) == fewer,
             message="the last pod never went (it exits once drained)",
         )
-        served = _served_by_pod(cluster, namespace, selector)
+        served = wait_for(
+            lambda: _serving_every_unit_once(cluster, namespace, selector, every_unit),
+            message="the remaining workers never served every unit once",
+        )
         assert set(served) == {f"{demo.workers}-{i}" for i in range(fewer)}
-        assert sorted(u for units in served.values() for u in units) == every_unit
 
         # A rolling restart: the StatefulSet controller replaces one pod at a time, the kubelet
         # sends each SIGTERM, and each drains through hand-offs before it exits.
@@ -274,14 +276,31 @@ def test_workers_follow_the_placement_as_containers_through_scale_in_and_rollout
         after = {p["metadata"]["uid"] for p in _pods(cluster, namespace, selector)}
         assert not before & after  # every pod was replaced
         wait_for(lambda: balanced_over(fewer), timeout=180, message="never Balanced after rollout")
-        served = _served_by_pod(cluster, namespace, selector)
-        assert sorted(u for units in served.values() for u in units) == every_unit
+        # The last pod replaced may still be starting its worker when it counts as Ready (the
+        # sample has no readiness probe): ask until every unit is served, once.
+        wait_for(
+            lambda: _serving_every_unit_once(cluster, namespace, selector, every_unit),
+            message="after the rollout the workers never served every unit once",
+        )
         # Every pod that left acknowledged its hand-offs: none was forced by a timeout.
         events = cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
         reasons = {e["reason"] for e in json.loads(events)["items"]}
         assert "HandoffTimedOut" not in reasons
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _serving_every_unit_once(
+    cluster: DevCluster, namespace: str, selector: str, every_unit: list[str]
+) -> dict[str, list[str]] | None:
+    """What each worker serves, once together they serve every unit exactly once; else None
+    (also while a worker does not answer yet)."""
+    try:
+        served = _served_by_pod(cluster, namespace, selector)
+    except KubectlError:
+        return None
+    held = sorted(u for units in served.values() for u in units)
+    return served if held == every_unit else None
 
 
 def _served_by_pod(cluster: DevCluster, namespace: str, selector: str) -> dict[str, list[str]]:
