@@ -162,9 +162,7 @@ class DevCluster:
         try:
             if real_node:
                 clean_up_abandoned_node()  # its state directory goes too
-                host.claim_machine(
-                    layout.root, _node_owner_alive(), kube_proxy=bin_dir / "kube-proxy"
-                )
+                host.claim_machine(layout.root)
             state = _start_processes(
                 layout,
                 bin_dir,

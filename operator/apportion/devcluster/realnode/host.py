@@ -122,17 +122,16 @@ def load_record() -> MachineRecord | None:
         return None
 
 
-def claim_machine(owner: Path, owner_alive: bool, kube_proxy: Path) -> MachineRecord:
-    """Record the machine before a node starts. A record left by a node whose processes are gone
-    (SIGKILL) is cleaned up first; one whose node still runs is refused."""
+def claim_machine(owner: Path) -> MachineRecord:
+    """Record the machine before a node starts. The caller has cleaned up a node abandoned by
+    a dead cluster (`cluster.clean_up_abandoned_node`); a record still here belongs to a node
+    that runs, and is refused."""
     previous = load_record()
     if previous is not None:
-        if owner_alive and previous.owner != str(owner):
-            raise DevClusterError(
-                f"a real node already runs on this machine (dev-cluster in {previous.owner}); "
-                "there can be one at a time: stop it first"
-            )
-        clean_up(previous, kube_proxy)
+        raise DevClusterError(
+            f"a real node already runs on this machine (dev-cluster in {previous.owner}); "
+            "there can be one at a time: stop it first"
+        )
     record = MachineRecord.capture(owner)
     RECORD_DIR.mkdir(parents=True, exist_ok=True)
     (RECORD_DIR / "machine.json").write_text(json.dumps(asdict(record), indent=2))

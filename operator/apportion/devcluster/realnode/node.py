@@ -71,7 +71,7 @@ def start_node(
     wait: Wait,
     node_images: list[str],
 ) -> None:
-    shutil.rmtree(host.NODE_ROOT, ignore_errors=True)  # claim_machine cleaned up any owner
+    shutil.rmtree(host.NODE_ROOT, ignore_errors=True)  # nothing runs from it: the machine is ours
     node = NodePaths(host.NODE_ROOT)
     (state_root / "node").symlink_to(host.NODE_ROOT)  # logs and kubeconfigs, beside the rest
     containerd_bin = ensure_tool(CONTAINERD)
