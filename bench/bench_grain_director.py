@@ -24,6 +24,7 @@ import random
 import sys
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 from apportion.api.placement_table import (
@@ -33,6 +34,9 @@ from apportion.api.placement_table import (
     TableStats,
 )
 from apportion.grains import PlacementDirector
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
 STRATEGIES = {
     "Random": {"name": "Random"},
@@ -229,6 +233,7 @@ def _worker_pod(name: str, port: int) -> dict:
             "annotations": {"apportion.dev/simulate": "process"},
         },
         "spec": {
+            "serviceAccountName": WORKER_ACCOUNT,
             "terminationGracePeriodSeconds": 2,
             "containers": [
                 {
@@ -287,7 +292,6 @@ def cluster_writes(minutes: float) -> None:
     import tempfile
     import urllib.request
     from concurrent.futures import ThreadPoolExecutor
-    from pathlib import Path
 
     import yaml
     from lightkube import Client
@@ -312,6 +316,7 @@ def cluster_writes(minutes: float) -> None:
             "wait", "--for=condition=Established", "crd/graintypes.apportion.dev", "--timeout=60s"
         )
         cluster.kubectl("create", "namespace", namespace)
+        grant_worker_role(cluster.kubectl, namespace)
         log = open(Path(tmp) / "operator.log", "w")  # noqa: SIM115 - closed below
         operator = subprocess.Popen(
             [sys.executable, "-m", "apportion", "operator", "--namespace", namespace],

@@ -296,6 +296,7 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
         Operator,
         apply,
         get,
+        grant_worker_role,
         is_true,
         ownership_log,
         read_table,
@@ -311,6 +312,7 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
     operator = None
     try:
         cluster.kubectl("create", "namespace", namespace)
+        grant_worker_role(cluster.kubectl, namespace)
         wait_until(
             lambda: (
                 cluster.kubectl(

@@ -49,6 +49,9 @@ from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_a
 from apportion.api.unitset import assignment_config_map
 from apportion.devcluster import DevCluster
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
+from unitset_support import grant_worker_role, unit_set, workers
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -165,38 +168,6 @@ def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def workers(name: str, replicas: int, command: list[str] | None, grace: int) -> dict[str, Any]:
-    container: dict[str, Any] = {"name": "worker", "image": "bench"}
-    meta: dict[str, Any] = {"labels": {"app": name}}
-    if command:
-        container["command"] = command
-        meta["annotations"] = {"apportion.dev/simulate": "process"}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "StatefulSet",
-        "metadata": {"name": name},
-        "spec": {
-            "serviceName": name,
-            "replicas": replicas,
-            "podManagementPolicy": "Parallel",
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": meta,
-                "spec": {"terminationGracePeriodSeconds": grace, "containers": [container]},
-            },
-        },
-    }
-
-
-def unit_set(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apportion.dev/v1alpha1",
-        "kind": kind,
-        "metadata": {"name": name},
-        "spec": spec,
-    }
-
-
 def status_of(cluster: DevCluster, namespace: str, what: str) -> list[dict[str, Any]]:
     found = cluster.kubectl("get", "-n", namespace, what, "-o", "json")
     return json.loads(found.stdout)["items"]
@@ -251,6 +222,7 @@ def pod_gone(cluster: DevCluster, client: Client, rounds: int) -> list[float]:
 def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, list]:
     ns = "bench-move"
     cluster.kubectl("create", "namespace", ns)
+    grant_worker_role(cluster.kubectl, ns)
     command = [
         "apportion",
         "demo-worker",
@@ -261,7 +233,7 @@ def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, 
         "--port",
         "8080",
     ]
-    kubectl_apply(cluster, ns, workers("mw", 3, command, grace=5))
+    kubectl_apply(cluster, ns, workers("mw", 3, command=command, grace=5))
     wait_until(
         lambda: (
             sum(1 for p in client.list(Pod, namespace=ns, labels={"app": "mw"}) if p.status.podIP)
@@ -313,7 +285,7 @@ def scale(cluster: DevCluster, state_dir: Path, quick: bool) -> dict[str, float]
     ns = "bench-scale"
     cluster.kubectl("create", "namespace", ns)
     pods, per_kind = 200, 10
-    kubectl_apply(cluster, ns, workers("s", pods, None, grace=1))
+    kubectl_apply(cluster, ns, workers("s", pods, grace=1))
     wait_until(
         lambda: (
             sum(1 for p in status_of(cluster, ns, "pods") if p["status"].get("phase") == "Running")

@@ -16,16 +16,20 @@ Fixtures
                it, and tests/e2e/test_real_node_cleanup.py runs before anything starts it.
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
-               bare Pods can be created at once; deleted after the test without waiting.
+               bare Pods can be created at once, and the workers' ServiceAccount
+               (unitset_support.grant_worker_role); deleted after the test without waiting.
   wait_for     wait_for(condition, timeout=60.0, message="...") polls `condition()` every 0.2 s
                and returns its first truthy value, or fails the test with `message`.
   crds         (session) apportion's CRDs applied from crds/, Established and serving.
+  helm         (session) helm(*args, check=True) runs the helm built from its Go module
+               (tests/conftest.py helm_binary) with a private HOME, config, cache and data.
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
                unitset_support.Operator); the test fails if it crashed or did not stop cleanly.
 
 Every test under tests/e2e is marked `e2e` (select or deselect with `-m e2e` / `-m "not e2e"`).
 Pods run on simulated nodes sim-node-0..2 (zones zone-a..c) with loopback IPs; annotate a pod
-`apportion.dev/simulate: process` to run its first container's command as a local process.
+`apportion.dev/simulate: process` to run its first container's command as a local process, as
+its ServiceAccount (a bound token, like the kubelet's; see apportion.devcluster.podsim).
 APPORTION_KEEP_STATE=1 keeps the cluster's state directory (logs, pod logs) after the session.
 """
 
@@ -33,18 +37,20 @@ from __future__ import annotations
 
 import re
 import secrets
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from unitset_support import Operator
+from unitset_support import Operator, grant_worker_role
 
 from apportion.devcluster import DevCluster
 from apportion.devcluster.net import http_get
 
 HERE = Path(__file__).parent
+REPO = HERE.parents[1]
 T = TypeVar("T")
 
 
@@ -121,6 +127,7 @@ def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterat
         timeout=30,
         message=f"no default ServiceAccount in namespace {name}",
     )
+    grant_worker_role(dev_cluster.kubectl, name)
     yield name
     dev_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
@@ -129,7 +136,7 @@ def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterat
 def crds(dev_cluster: DevCluster) -> None:
     """apportion's CRDs installed as a user would (`kubectl apply -f crds/`), established and
     serving lists (Established comes a moment before the storage answers)."""
-    dev_cluster.kubectl("apply", "-f", str(HERE.parents[1] / "crds"))
+    dev_cluster.kubectl("apply", "-f", str(REPO / "crds"))
     dev_cluster.kubectl(
         "wait",
         "--for=condition=Established",
@@ -153,3 +160,28 @@ def operator(
     yield process
     assert process.stop() == 0, process.text()
     assert "Traceback" not in process.text(), process.text()
+
+
+@pytest.fixture(scope="session")
+def helm(
+    helm_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., subprocess.CompletedProcess]:
+    """Run helm with its config, cache and data in a private directory."""
+    home = tmp_path_factory.mktemp("helm-home")
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "HELM_CONFIG_HOME": str(home / "config"),
+        "HELM_CACHE_HOME": str(home / "cache"),
+        "HELM_DATA_HOME": str(home / "data"),
+    }
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=120
+        )
+        if check:
+            assert result.returncode == 0, result.stderr
+        return result
+
+    return run

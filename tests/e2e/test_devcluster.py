@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -14,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from apportion.devcluster import SIMULATE_ANNOTATION, DevCluster, DevClusterError
+from apportion.devcluster.net import http_get
 from apportion.devcluster.paths import module_versions
 from apportion.devcluster.processes import is_running
 
@@ -231,7 +234,8 @@ def test_process_pod_runs_its_command_and_gets_sigterm(
     assert f"POD_IP={pod['status']['podIP']}" in log
     assert "ROLE=worker" in log
     assert "GREETING=hi-proc" in log
-    assert f"KUBECONFIG={dev_cluster.kubeconfig}" in log
+    # Its own credentials (test_process_pod_is_its_service_account), not the simulator's.
+    assert f"KUBECONFIG={dev_cluster.pod_log_path(namespace, 'proc').parent}/proc.kubeconfig" in log
     assert "argv=--hello hi-proc" in log
 
     dev_cluster.kubectl("delete", "pod", "proc", "-n", namespace, "--wait=false")
@@ -241,6 +245,69 @@ def test_process_pod_runs_its_command_and_gets_sigterm(
         message="proc is deleted once its process exits on SIGTERM",
     )
     assert "got SIGTERM" in log_path.read_text()
+
+
+IDENTITY_SCRIPT = textwrap.dedent(
+    """
+    import json, os, time
+    from lightkube import ApiError, Client, KubeConfig
+    from lightkube.resources.authentication_v1 import SelfSubjectReview
+    from lightkube.resources.core_v1 import Secret
+    print(f"KUBECONFIG={os.environ.get('KUBECONFIG')}", flush=True)
+    if os.environ.get("KUBECONFIG"):
+        client = Client(KubeConfig.from_file(os.environ["KUBECONFIG"]), trust_env=False)
+        user = client.create(SelfSubjectReview()).status.userInfo
+        print("user=" + json.dumps({"name": user.username, "extra": user.extra}), flush=True)
+        try:
+            list(client.list(Secret))
+            print("secrets=listed", flush=True)
+        except ApiError as error:
+            print(f"secrets={error.status.code}", flush=True)
+    while True:
+        time.sleep(0.1)
+    """
+)
+
+
+def test_process_pod_is_its_service_account(
+    dev_cluster: DevCluster, namespace: str, wait_for
+) -> None:
+    """As under a kubelet, a process pod talks to the API server as its ServiceAccount with a
+    token bound to the pod: it has that account's RBAC only, the token names the pod, and it
+    stops working once the pod is gone; `automountServiceAccountToken: false` gets none."""
+    command = ["python", "-c", IDENTITY_SCRIPT]
+    for name, spec in (
+        ("as-worker", {"serviceAccountName": "apportion-worker"}),
+        ("no-token", {"automountServiceAccountToken": False}),
+    ):
+        manifest = process_pod(namespace, name, command, terminationGracePeriodSeconds=1, **spec)
+        dev_cluster.kubectl("apply", "-f", "-", input=manifest)
+
+    def line(pod: str, key: str) -> str | None:
+        path = dev_cluster.pod_log_path(namespace, pod)
+        text = path.read_text() if path.exists() else ""
+        found = re.search(rf"^{key}=(.*)$", text, re.MULTILINE)
+        return found.group(1) if found else None
+
+    secrets = wait_for(lambda: line("as-worker", "secrets"), message="as-worker asked the API")
+    user = json.loads(line("as-worker", "user") or "{}")
+    (pod,) = pods(dev_cluster, namespace, "app=as-worker")
+    assert user["name"] == f"system:serviceaccount:{namespace}:apportion-worker"
+    assert user["extra"]["authentication.kubernetes.io/pod-name"] == ["as-worker"]
+    assert user["extra"]["authentication.kubernetes.io/pod-uid"] == [pod["metadata"]["uid"]]
+    assert secrets == "403", "the worker role grants no Secrets"
+    assert wait_for(lambda: line("no-token", "KUBECONFIG"), message="no-token ran") == "None"
+
+    kubeconfig = yaml.safe_load(Path(line("as-worker", "KUBECONFIG") or "").read_text())
+    token = Path(kubeconfig["users"][0]["user"]["tokenFile"]).read_text()
+
+    def answer() -> int:
+        # Discovery: any authenticated user may read it, so only the token decides.
+        return http_get(f"{dev_cluster.server}/api", token=token, ca_file=dev_cluster.ca_file)[0]
+
+    assert answer() == 200
+    dev_cluster.kubectl("delete", "pod", "as-worker", "-n", namespace, "--wait=true")
+    wait_for(lambda: answer() == 401, message="the bound token outlived its pod")
 
 
 def test_exiting_process_is_restarted(dev_cluster: DevCluster, namespace: str, wait_for) -> None:

@@ -29,6 +29,7 @@ import yaml
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
+from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
 from apportion.api.metrics import parse
 from apportion.api.placement_table import (
@@ -89,6 +90,7 @@ class Fleet:
                 "annotations": {"apportion.dev/simulate": "process"},
             },
             "spec": {
+                "serviceAccountName": WORKER_ACCOUNT,
                 "terminationGracePeriodSeconds": 2,
                 "containers": [
                     {
@@ -218,6 +220,7 @@ class Fleet:
 def fleet(dev_cluster, crds, tmp_path_factory, request) -> Iterator[Fleet]:
     namespace = f"graintypes-{uuid.uuid4().hex[:6]}"
     dev_cluster.kubectl("create", "namespace", namespace)
+    grant_worker_role(dev_cluster.kubectl, namespace)
     fleet = Fleet(
         dev_cluster, namespace, free_port(), tmp_path_factory.mktemp("graintypes") / "operator.log"
     )

@@ -29,31 +29,6 @@ Render = Callable[..., list[dict[str, Any]]]
 
 
 @pytest.fixture(scope="module")
-def helm(
-    helm_binary: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Callable[..., subprocess.CompletedProcess]:
-    """Run helm with its config, cache and data in a private directory."""
-    home = tmp_path_factory.mktemp("helm-home")
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(home),
-        "HELM_CONFIG_HOME": str(home / "config"),
-        "HELM_CACHE_HOME": str(home / "cache"),
-        "HELM_DATA_HOME": str(home / "data"),
-    }
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=120
-        )
-        if check:
-            assert result.returncode == 0, result.stderr
-        return result
-
-    return run
-
-
-@pytest.fixture(scope="module")
 def render(helm) -> Render:
     """`helm template` of the chart (CRDs included) with `--set` values, as objects."""
 

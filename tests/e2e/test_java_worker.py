@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from unitset_support import WORKER_ACCOUNT
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -26,6 +28,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
+from apportion.devcluster.kubeconfig import kubeconfig_dict
 
 JAVA = Path(__file__).resolve().parents[2] / "clients" / "java"
 ROOT = assignment_config_map("ShardSet", "carts")
@@ -100,6 +103,18 @@ def start_java(
     dev_cluster: Any, namespace: str, classpath: str, tmp_path: Path
 ) -> Iterator[Callable[[str], JavaWorker]]:
     env = {k: v for k, v in dev_cluster.env.items() if "proxy" not in k.lower()}
+    # The worker's own ServiceAccount, with the apportion-worker role only. The token is not
+    # bound to a pod (unlike a kubelet's): the test that replaces a pod under a running worker
+    # is about the uid fence on the ack, which a token dying with the pod would mask.
+    token = dev_cluster.kubectl("create", "token", WORKER_ACCOUNT, "-n", namespace).stdout
+    env["KUBECONFIG"] = str(tmp_path / "worker.kubeconfig")
+    Path(env["KUBECONFIG"]).write_text(
+        yaml.safe_dump(
+            kubeconfig_dict(
+                dev_cluster.server, token.strip(), dev_cluster.ca_file, namespace=namespace
+            )
+        )
+    )
     started: list[JavaWorker] = []
 
     def start(pod: str) -> JavaWorker:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import yaml
+from unitset_support import WORKER_ACCOUNT
 
 from apportion.api.assignment import (
     Ack,
@@ -29,7 +30,6 @@ from apportion.api.assignment import (
 from apportion.api.metrics import WorkerMetrics
 from apportion.api.unitset import assignment_config_map
 
-REPO = Path(__file__).parents[2]
 KIND, SET = "PartitionSet", "demo"
 ACK_KEY = ack_annotation_key(KIND, SET)
 OTHER = Incarnation("w-1", "uid-of-w-1")  # a member that exists only in the tables
@@ -64,38 +64,56 @@ def http(url: str, method: str = "GET") -> tuple[int, dict[str, str], str]:
         return error.code, dict(error.headers), error.read().decode()
 
 
-def service_account_kubeconfig(dev_cluster: Any, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as `account`, so the worker runs with its RBAC only."""
-    token = dev_cluster.kubectl("create", "token", account, "-n", namespace).stdout.strip()
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "dev",
-                "cluster": {
-                    "server": dev_cluster.server,
-                    "certificate-authority": str(dev_cluster.ca_file),
-                },
-            }
-        ],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [
-            {
-                "name": "worker",
-                "context": {"cluster": "dev", "user": account, "namespace": namespace},
-            }
-        ],
-        "current-context": "worker",
-    }
-    path.write_text(yaml.safe_dump(config))
-    return path
+class AckWatch:
+    """Every ack the Pod carried while watched, in order: a drained worker exits (and its pod
+    goes) moments after its last ack, too soon for polling to be sure to see it."""
+
+    def __init__(self, cluster: Any, namespace: str, name: str) -> None:
+        self.seen: list[Ack] = []
+        self._kubectl = subprocess.Popen(
+            [
+                str(cluster.bin_dir / "kubectl"),
+                f"--kubeconfig={cluster.kubeconfig}",
+                "get",
+                "pod",
+                name,
+                "-n",
+                namespace,
+                "--watch",
+                "-o",
+                "json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self._kubectl.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
+        for line in self._kubectl.stdout:
+            buffer += line
+            try:
+                pod, end = decoder.raw_decode(buffer.lstrip())
+            except json.JSONDecodeError:
+                continue
+            buffer = buffer.lstrip()[end:]
+            text = (pod["metadata"].get("annotations") or {}).get(ACK_KEY)
+            if text and (not self.seen or self.seen[-1] != Ack.from_annotation(text)):
+                self.seen.append(Ack.from_annotation(text))
+
+    def stop(self) -> None:
+        self._kubectl.kill()
+        self._kubectl.wait(10)
+        self._reader.join(10)
 
 
 class WorkerPod:
     """One demo-worker process in a simulated pod named w-0."""
 
-    def __init__(self, dev_cluster: Any, namespace: str, kubeconfig: Path) -> None:
+    def __init__(self, dev_cluster: Any, namespace: str) -> None:
         self.cluster = dev_cluster
         self.namespace = namespace
         self.name = "w-0"
@@ -104,7 +122,7 @@ class WorkerPod:
             "kind": "Pod",
             "metadata": {"name": self.name, "annotations": {"apportion.dev/simulate": "process"}},
             "spec": {
-                "serviceAccountName": "workers",
+                "serviceAccountName": WORKER_ACCOUNT,
                 "terminationGracePeriodSeconds": 60,
                 "containers": [
                     {
@@ -126,7 +144,6 @@ class WorkerPod:
                             "--release-delay",
                             "2",
                         ],
-                        "env": [{"name": "KUBECONFIG", "value": str(kubeconfig)}],
                     }
                 ],
             },
@@ -144,6 +161,9 @@ class WorkerPod:
         text = ((pod or {}).get("metadata", {}).get("annotations") or {}).get(ACK_KEY)
         return Ack.from_annotation(text) if text else None
 
+    def watch_acks(self) -> AckWatch:
+        return AckWatch(self.cluster, self.namespace, self.name)
+
     def log(self) -> str:
         path = self.cluster.pod_log_path(self.namespace, self.name)
         return path.read_text(errors="replace") if path.exists() else ""
@@ -159,21 +179,9 @@ class WorkerPod:
 
 
 def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
-    dev_cluster, kubectl, namespace, wait_for, tmp_path
+    dev_cluster, kubectl, namespace, wait_for
 ) -> None:
-    kubectl("apply", "-f", str(REPO / "manifests" / "worker-rbac.yaml"))
-    kubectl("create", "serviceaccount", "workers", "-n", namespace)
-    kubectl(
-        "create",
-        "rolebinding",
-        "workers",
-        "-n",
-        namespace,
-        "--clusterrole=apportion-worker",
-        f"--serviceaccount={namespace}:workers",
-    )
-    config = service_account_kubeconfig(dev_cluster, namespace, "workers", tmp_path / "kubeconfig")
-    worker = WorkerPod(dev_cluster, namespace, config)
+    worker = WorkerPod(dev_cluster, namespace)
     wait_for(lambda: "started" in worker.log(), 60, f"worker never started:\n{worker.log()}")
     pod = worker.get()
     assert pod is not None
@@ -267,6 +275,7 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     assert status == 421 and json.loads(body)["owner"] == "w-1"
 
     # SIGTERM (the pod is deleted): the worker marks itself draining on its Pod...
+    acks = worker.watch_acks()
     kubectl("delete", "pod", "w-0", "-n", namespace, "--wait=false")
     drain = wait_for(
         lambda: (a := worker.ack()) is not None and a.draining and a,
@@ -275,7 +284,8 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     )
     assert drain.uid == me.uid and drain.epoch == 4
     assert worker.get() is not None  # still there: it waits for its units to move away
-    # ...the operator (the test) moves both units away; the worker releases, acks, and exits.
+    # ...the operator (the test) moves both units away; the worker releases, acks, and exits:
+    # once its ack covers every release it holds nothing, so it need not wait for epoch 6.
     since = time.time()
     write_table(
         kubectl,
@@ -290,18 +300,11 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
             },
         ),
     )
-    final = wait_for(
-        lambda: (a := worker.ack()) is not None and a.epoch == 5 and a,
-        30,
-        "the draining worker did not acknowledge epoch 5",
-    )
-    assert final == Ack(uid=me.uid, epoch=5, pending=frozenset(), draining=True)
-    write_table(
-        kubectl,
-        namespace,
-        table(6, {"0": S("w-1", 6), "1": S("w-1", 3), "2": S("w-1", 6), "3": S("w-1", 1)}),
-    )
     wait_for(lambda: worker.get() is None, 60, "the drained worker did not exit")
+    acks.stop()
+    assert acks.seen[-1] == Ack(uid=me.uid, epoch=5, pending=frozenset(), draining=True), (
+        f"the draining worker's last ack was not for epoch 5: {acks.seen}"
+    )
     assert worker.ownership()[-2:] == [("release", "0", 5, 1), ("release", "2", 5, 4)]
     log = worker.log()
     assert "drain timed out" not in log and "Traceback" not in log

@@ -28,7 +28,11 @@ from apportion.api.assignment import (
 from apportion.api.unitset import assignment_config_map
 from apportion.devcluster.net import free_port, http_get
 
+REPO = Path(__file__).resolve().parents[2]
 API = "apportion.dev/v1alpha1"
+# The ServiceAccount every test namespace has for its workers, bound to the apportion-worker
+# ClusterRole (conftest.namespace): worker processes run with exactly that role.
+WORKER_ACCOUNT = "apportion-worker"
 
 
 class Operator:
@@ -111,12 +115,15 @@ def workers(
     min_ready: int = 0,
 ) -> dict[str, Any]:
     """A StatefulSet of worker pods; with `command`, each pod runs it as a local process
-    (pod simulator), otherwise pods are simulated and never acknowledge anything.
-    `min_ready`: seconds a rolling update waits after each new pod is Ready."""
+    (pod simulator) under the namespace's WORKER_ACCOUNT, otherwise pods are simulated and
+    never acknowledge anything. `min_ready`: seconds a rolling update waits after each new pod
+    is Ready."""
     labels = labels or {"app": name}
     container: dict[str, Any] = {"name": "worker", "image": "apportion:test"}
     template_meta: dict[str, Any] = {"labels": labels}
+    pod_spec: dict[str, Any] = {"terminationGracePeriodSeconds": grace, "containers": [container]}
     if command is not None:
+        pod_spec["serviceAccountName"] = WORKER_ACCOUNT
         container["command"] = command
         container["ports"] = [{"name": "metrics", "containerPort": 8080}]
         template_meta["annotations"] = {"apportion.dev/simulate": "process"}
@@ -132,10 +139,26 @@ def workers(
             "selector": {"matchLabels": labels},
             "template": {
                 "metadata": template_meta,
-                "spec": {"terminationGracePeriodSeconds": grace, "containers": [container]},
+                "spec": pod_spec,
             },
         },
     }
+
+
+def grant_worker_role(kubectl: Callable[..., Any], namespace: str) -> None:
+    """The ServiceAccount WORKER_ACCOUNT in `namespace`, bound to the apportion-worker
+    ClusterRole of manifests/worker-rbac.yaml, as a user grants their workers."""
+    kubectl("apply", "-f", str(REPO / "manifests" / "worker-rbac.yaml"))
+    kubectl("create", "serviceaccount", WORKER_ACCOUNT, "-n", namespace)
+    kubectl(
+        "create",
+        "rolebinding",
+        WORKER_ACCOUNT,
+        "-n",
+        namespace,
+        "--clusterrole=apportion-worker",
+        f"--serviceaccount={namespace}:{WORKER_ACCOUNT}",
+    )
 
 
 def demo_worker(kind: str, set_name: str) -> list[str]:

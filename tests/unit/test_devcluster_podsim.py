@@ -141,6 +141,12 @@ def test_process_env_layers_host_pod_and_container() -> None:
     assert env["HOME"] == "/root"
 
 
+def test_a_pod_without_a_token_gets_no_credentials_not_even_the_simulators() -> None:
+    base = {"PATH": "/usr/bin", "KUBECONFIG": "/admin/kubeconfig"}
+    env = process_env(base, {}, pod=POD, pod_ip="127.9.1.1", kubeconfig=None, path_prefix="/b")
+    assert "KUBECONFIG" not in env
+
+
 def test_exit_status_reports_signals_as_128_plus_n() -> None:
     assert exit_status(0) == 0
     assert exit_status(3) == 3

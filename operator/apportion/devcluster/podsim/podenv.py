@@ -157,21 +157,27 @@ def process_env(
     *,
     pod: Mapping[str, Any],
     pod_ip: str,
-    kubeconfig: str,
+    kubeconfig: str | None,
     path_prefix: str,
 ) -> dict[str, str]:
     """The environment of the local process: the simulator's own (so the interpreter, locale and
     HOME work), then what a pod would know about itself, then what the container declares.
-    In-cluster settings are dropped so clients pick KUBECONFIG, and `path_prefix` goes first on
-    PATH so commands such as `apportion demo-worker` resolve to this installation."""
-    env = {k: v for k, v in base.items() if not k.startswith("KUBERNETES_SERVICE_")}
+    In-cluster settings are dropped so clients pick KUBECONFIG (the pod's own credentials; none
+    when `kubeconfig` is None, as for a pod that mounts no token), and `path_prefix` goes first
+    on PATH so commands such as `apportion demo-worker` resolve to this installation."""
+    env = {
+        k: v
+        for k, v in base.items()
+        if not k.startswith("KUBERNETES_SERVICE_") and k != "KUBECONFIG"
+    }
     env["PATH"] = f"{path_prefix}:{env['PATH']}" if env.get("PATH") else path_prefix
     meta = pod.get("metadata", {})
     env.update(
         POD_NAME=meta.get("name", ""),
         POD_NAMESPACE=meta.get("namespace", ""),
         POD_IP=pod_ip,
-        KUBECONFIG=kubeconfig,
     )
+    if kubeconfig is not None:
+        env["KUBECONFIG"] = kubeconfig
     env.update(declared)
     return env

@@ -39,6 +39,14 @@ from apportion.devcluster.podsim.podenv import (
     source_data,
 )
 from apportion.devcluster.podsim.process import LocalProcess, exit_status
+from apportion.devcluster.podsim.serviceaccount import (
+    REFRESH_AT,
+    TOKEN_SECONDS,
+    Cluster,
+    issue_token,
+    mounts_token,
+    write_credentials,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +102,8 @@ class PodSimulator:
         self.nodes = nodes
         self.pool = pool
         self.state_dir = state_dir
-        self.kubeconfig = kubeconfig
+        # Process pods reach the API server the simulator reaches, as their own ServiceAccount.
+        self.cluster = Cluster.from_kubeconfig(kubeconfig)
         self.path_prefix = path_prefix
         self.workers: dict[str, PodWorker] = {}
         # Pods whose deletion we completed but that linger (finalizers): ignore until DELETED.
@@ -205,6 +214,7 @@ class PodWorker:
         self.restarts = 0
         self.retry_at: float | None = None
         self.probe_at: float | None = None
+        self.token_at: float | None = None
         self.probe_failures = 0
         self._changed = asyncio.Event()
         self._cancelled = False
@@ -370,7 +380,7 @@ class PodWorker:
                 if self.process and self.process.returncode is None
                 else []
             )
-            timers = [t for t in (self.retry_at, self.probe_at) if t is not None]
+            timers = [t for t in (self.retry_at, self.probe_at, self.token_at) if t is not None]
             timeout = min(timers) - time.monotonic() if timers else None
             try:
                 await self._wait(timeout, *exited)
@@ -387,6 +397,8 @@ class PodWorker:
                 await self._post_status()
             if self.probe_at is not None and now >= self.probe_at and not self.deleting:
                 await self._probe()
+            if self.token_at is not None and now >= self.token_at and self.process:
+                await self._rotate_token()
 
     # --- processes --------------------------------------------------------------------------
 
@@ -401,20 +413,24 @@ class PodWorker:
                 self.pod, container, pod_ip=self.ip or "", host_ip=self.host_ip, sources=sources
             )
             argv = command_line(container, declared)
+            kubeconfig = await self._credentials() if mounts_token(self.pod) else None
             env = process_env(
                 os.environ,
                 declared,
                 pod=self.pod,
                 pod_ip=self.ip or "",
-                kubeconfig=self.sim.kubeconfig,
+                kubeconfig=kubeconfig,
                 path_prefix=self.sim.path_prefix,
             )
         except EnvError as error:
-            view.state = objects.waiting("CreateContainerConfigError", str(error))
-            view.ready = False
-            self.retry_at = time.monotonic() + MAX_BACKOFF_SECONDS
-            self.restarts -= 1  # a container that never started has not restarted
-            log.warning("%s: %s", self.key, error)
+            self._not_started("CreateContainerConfigError", str(error))
+            return
+        except ApiError as error:
+            # The kubelet cannot mount the pod's token volume, so the container is not created.
+            self._not_started(
+                "ContainerCreating",
+                f"MountVolume.SetUp failed for volume kube-api-access: {error.status.message}",
+            )
             return
         try:
             self.process = await LocalProcess.start(
@@ -438,6 +454,31 @@ class PodWorker:
             else None
         )
         log.info("%s: started %s (pid %d)", self.key, argv[0], self.process.pid)
+
+    def _not_started(self, reason: str, message: str) -> None:
+        view = self.views[0]
+        view.state = objects.waiting(reason, message)
+        view.ready = False
+        self.retry_at = time.monotonic() + MAX_BACKOFF_SECONDS
+        self.restarts -= 1  # a container that never started has not restarted
+        log.warning("%s: %s", self.key, message)
+
+    async def _credentials(self) -> str:
+        """A fresh bound token for the pod's ServiceAccount, written where its kubeconfig
+        points; schedules the next rotation."""
+        token = await issue_token(self.sim.client, self.pod)
+        here = pod_log_path(self.sim.state_dir, self.namespace, self.name).parent
+        kubeconfig = write_credentials(self.sim.cluster, here, self.name, self.namespace, token)
+        self.token_at = time.monotonic() + TOKEN_SECONDS * REFRESH_AT
+        return str(kubeconfig)
+
+    async def _rotate_token(self) -> None:
+        try:
+            await self._credentials()
+        except ApiError as error:
+            # The old token is still good for a fifth of its life: try again soon.
+            self.token_at = time.monotonic() + MAX_BACKOFF_SECONDS
+            log.warning("%s: token rotation failed: %s", self.key, error.status.message)
 
     async def _on_exit(self, code: int, started: str | None = None) -> None:
         exit_code = exit_status(code)
