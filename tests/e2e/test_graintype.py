@@ -11,6 +11,7 @@ the tables' activation counts.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -450,6 +451,27 @@ def test_explain_reads_the_live_table(fleet, wait_for):
         check=False,
     )
     assert missing.returncode == 1 and "no placement table for grain type 'nope'" in missing.stdout
+
+
+def test_kubectl_apportion_explains_where_a_worker_places_a_grain(fleet, wait_for):
+    """`kubectl apportion explain grain` through the real kubectl names the member a worker
+    process really placed the grain on (the worker's own placement metrics are the oracle)."""
+    fleet.graintype("keyed", strategy={"name": "HashBased"})
+    fleet.wait_until_workers_see("keyed", wait_for)
+    fleet.drive({"w-1": [{"grainType": "keyed", "ids": ["order/9"]}]})
+    ((placed, count),) = fleet.placements("keyed")["w-1"].items()
+    assert count == 1
+    env = dict(fleet.cluster.env)
+    env["PATH"] = os.pathsep.join([env["PATH"], str(Path(sys.executable).parent)])
+    explained = subprocess.run(
+        ["kubectl", "apportion", "-n", fleet.namespace, "explain", "grain", "keyed", "order/9"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "decided by GrainType keyed," in explained
+    assert f"  -> {placed}\n" in explained
 
 
 def test_an_overloaded_member_receives_nothing_new(fleet, wait_for):

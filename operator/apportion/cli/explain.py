@@ -27,33 +27,41 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "strategy excluded and the score of each candidate. Exit status 1 when no member "
         "would take it.",
     )
-    grain.add_argument("grain_type", metavar="TYPE", help="grain type name, as workers know it")
-    grain.add_argument("grain_id", metavar="ID", help="grain id")
+    add_grain_arguments(grain)
     grain.add_argument("--namespace", "-n", help="namespace (default: the kubeconfig's)")
-    grain.add_argument(
+    grain.set_defaults(func=run)
+
+
+def add_grain_arguments(parser: argparse.ArgumentParser) -> None:
+    """TYPE, ID and the options of `explain grain`, shared with `kubectl apportion explain
+    grain` (whose --namespace is the plugin's own)."""
+    parser.add_argument("grain_type", metavar="TYPE", help="grain type name, as workers know it")
+    parser.add_argument("grain_id", metavar="ID", help="grain id")
+    parser.add_argument(
         "--local", metavar="MEMBER", help="the member placing it (filters compare its labels)"
     )
-    grain.add_argument("--hint", metavar="MEMBER", help="placement hint")
-    grain.add_argument("--json", action="store_true", help="print the explanation as JSON")
-    grain.set_defaults(func=run)
+    parser.add_argument("--hint", metavar="MEMBER", help="placement hint")
+    parser.add_argument("--json", action="store_true", help="print the explanation as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
     import asyncio
 
+    return asyncio.run(explain_grain_command(args))
+
+
+async def explain_grain_command(args: argparse.Namespace) -> int:
     from lightkube.core.exceptions import ApiError, ConfigError
 
     from apportion.grains.explain import explain_grain
 
     try:
-        why = asyncio.run(
-            explain_grain(
-                args.grain_type,
-                args.grain_id,
-                namespace=args.namespace,
-                local=args.local,
-                hint=args.hint,
-            )
+        why = await explain_grain(
+            args.grain_type,
+            args.grain_id,
+            namespace=args.namespace,
+            local=args.local,
+            hint=args.hint,
         )
     except (ApiError, ConfigError, OSError) as error:
         print(f"apportion explain: cannot read placement tables: {error}", file=sys.stderr)

@@ -5,6 +5,7 @@ never writes, except `drain` / `uncordon`, which set or remove one annotation on
     kubectl apportion locate SET KEY...   unit of each key and the pod serving it now
     kubectl apportion top SET             units, load and share per pod
     kubectl apportion plan SET            what the operator's next pass would move, and why
+    kubectl apportion explain grain TYPE ID   the member a new activation would go to now, and why
     kubectl apportion history SET         the set's epochs and hand-offs, from its Events
     kubectl apportion drain POD           move every unit off POD through hand-offs
     kubectl apportion uncordon POD        let POD take units again
@@ -35,6 +36,7 @@ from apportion.api.common import LabelSelector
 from apportion.api.pods import DRAIN_ANNOTATION, drain_requested, is_ready, revision_of
 from apportion.api.resource import Resource
 from apportion.api.unitset import assignment_config_map
+from apportion.cli.explain import add_grain_arguments, explain_grain_command
 from apportion.publishing.configmaps import AssignmentStore
 from apportion.publishing.status import SET_RESOURCES
 
@@ -101,6 +103,14 @@ def build_parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("set", metavar="SET")
         command.set_defaults(func=func)
+    explain = commands.add_parser("explain", help="explain a placement decision")
+    what = explain.add_subparsers(dest="what", required=True, metavar="WHAT")
+    grain = what.add_parser(
+        "grain",
+        help="the member a new activation of grain ID of TYPE would go to now, and why",
+    )
+    add_grain_arguments(grain)
+    grain.set_defaults(func=explain_grain_command)
     for name, func, text in (
         ("drain", run_drain, "move every unit off POD through normal hand-offs"),
         ("uncordon", run_uncordon, "let POD take units again"),
