@@ -58,7 +58,8 @@ e2e: controlplane tools java kafka-jars
 
 # The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
 # cases (conformance/), then installs it into the Maven cache for the Pekko integration
-# (integrations/pekko), which builds on it. Dependencies are cached in ~/.m2 (MAVEN_REPO
+# (integrations/pekko) and the Java Kafka consumer (integrations/kafka-java), which build on it
+# and run their JUnit suites. Dependencies are cached in ~/.m2 (MAVEN_REPO
 # overrides, e.g. a repo-local cache for CI); the first run downloads them from Maven Central.
 MAVEN_REPO ?= $(HOME)/.m2/repository
 java-deps:
@@ -67,6 +68,7 @@ java-deps:
 java: java-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml install
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/pekko/pom.xml verify
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml verify
 
 bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py

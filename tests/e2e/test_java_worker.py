@@ -7,7 +7,6 @@ callback."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import threading
@@ -17,6 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
+from java_support import CLIENT, classpath
 from unitset_support import WORKER_ACCOUNT
 
 from apportion.api.assignment import (
@@ -30,32 +30,13 @@ from apportion.api.assignment import (
 from apportion.api.unitset import assignment_config_map
 from apportion.devcluster.kubeconfig import kubeconfig_dict
 
-JAVA = Path(__file__).resolve().parents[2] / "clients" / "java"
 ROOT = assignment_config_map("ShardSet", "carts")
 ACK = "apportion.dev/ack.shardset.carts"
 
 
 @pytest.fixture(scope="module")
-def classpath() -> str:
-    """The client built as `make java` builds it, from the same Maven cache (seconds when it
-    is up to date)."""
-    repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
-    subprocess.run(
-        [
-            "mvn",
-            "-q",
-            "-B",
-            f"-Dmaven.repo.local={repo}",
-            "-f",
-            str(JAVA / "pom.xml"),
-            "package",
-            "-DskipTests",
-        ],
-        check=True,
-    )
-    return (
-        f"{JAVA / 'target' / 'classes'}:{(JAVA / 'target' / 'classpath.txt').read_text().strip()}"
-    )
+def client_classpath() -> str:
+    return classpath(CLIENT)
 
 
 class JavaWorker:
@@ -100,7 +81,7 @@ class JavaWorker:
 
 @pytest.fixture
 def start_java(
-    dev_cluster: Any, namespace: str, classpath: str, tmp_path: Path
+    dev_cluster: Any, namespace: str, client_classpath: str, tmp_path: Path
 ) -> Iterator[Callable[[str], JavaWorker]]:
     env = {k: v for k, v in dev_cluster.env.items() if "proxy" not in k.lower()}
     # The worker's own ServiceAccount, with the apportion-worker role only. The token is not
@@ -119,7 +100,7 @@ def start_java(
 
     def start(pod: str) -> JavaWorker:
         worker = JavaWorker(
-            classpath,
+            client_classpath,
             {**env, "POD_NAME": pod, "POD_NAMESPACE": namespace},
             tmp_path / f"java-{pod}-{len(started)}.log",
         )

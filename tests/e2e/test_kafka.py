@@ -1,4 +1,5 @@
-"""Kafka consumers on a PartitionSet (apportion.kafka): a real broker (KRaft, from the jars
+"""Kafka consumers on a PartitionSet, the Python one (apportion.kafka) and the Java one
+(integrations/kafka-java, on the Java client): a real broker (KRaft, from the jars
 `integrations/kafka/fetch-jars.sh` caches), consumers as process pods scaled 2 -> 4 -> 3 while
 numbered messages flow, then one consumer SIGKILLed. Every message is processed; no partition is
 processed by two consumers at the same time; duplicates come only after the SIGKILL, only from
@@ -14,6 +15,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator
 
 import pytest
+from java_support import classpath
 from kafka_broker import KafkaBroker
 from kafka_support import Producer, commits, consumer_pid, create_topic, processed
 from unitset_support import (
@@ -42,9 +44,19 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
         yield running
 
 
-def consumers(bootstrap: str, replicas: int) -> dict:
+@pytest.fixture(scope="module", params=["python", "java"])
+def consumer_command(request: pytest.FixtureRequest) -> list[str]:
+    """How a consumer pod starts: `python -m apportion.kafka` or the Java sample, which take the
+    same flags and log the same lines."""
+    if request.param == "python":
+        return [sys.executable, "-m", "apportion.kafka"]
+    java = classpath("integrations/kafka-java")
+    return ["java", "-cp", java, "dev.apportion.kafka.sample.PrintingConsumer"]
+
+
+def consumers(command: list[str], bootstrap: str, replicas: int, topic: str) -> dict:
     command = [
-        sys.executable, "-m", "apportion.kafka", "--topic", TOPIC, "--set", "orders",
+        *command, "--topic", topic, "--set", "orders",
         "--bootstrap", bootstrap, "--group", "orders-apportion",
         "--work-time", "0.005", "--commit-interval", "3",
     ]  # fmt: skip
@@ -79,10 +91,12 @@ def intervals(log) -> dict[tuple[str, str], list[tuple[float, float]]]:
 
 
 def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
-    broker, operator, dev_cluster, namespace, kubectl, wait_for
+    broker, consumer_command, operator, dev_cluster, namespace, kubectl, wait_for
 ) -> None:
-    create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-    apply(kubectl, namespace, consumers(broker.bootstrap, 2))
+    # One topic per consumer language: the broker is the module's, offsets are per topic.
+    topic = f"{TOPIC}-{namespace}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    apply(kubectl, namespace, consumers(consumer_command, broker.bootstrap, 2, topic))
     wait_for(lambda: len(ready_pods(kubectl, namespace, "app=kc")) == 2, 60, "2 consumers")
     spec = {
         "partitions": PARTITIONS,
@@ -92,7 +106,7 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
     apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
     wait_for(settled(kubectl, namespace, 2), 60, "Balanced over 2 consumers")
 
-    producer = Producer(broker.bootstrap, TOPIC, keys=KEYS, partitions=PARTITIONS)
+    producer = Producer(broker.bootstrap, topic, keys=KEYS, partitions=PARTITIONS)
     producer.start()
     try:
         wait_for(lambda: len(producer.produced) >= 100, 30, "messages flowing")

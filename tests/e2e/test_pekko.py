@@ -9,7 +9,6 @@ is forced by handoffTimeout; `apportion locate --scheme akka` names the pod ever
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from java_support import classpath
 from unitset_support import apply, events, get, is_true, read_table, unit_set, workers
 
 from apportion.api.unitset import assignment_config_map
@@ -33,26 +33,8 @@ _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 @pytest.fixture(scope="module")
-def classpath() -> str:
-    """The client installed and the integration packaged as `make java` does (seconds when up
-    to date)."""
-    repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
-    for module, goal in (("clients/java", "install"), ("integrations/pekko", "package")):
-        subprocess.run(
-            [
-                "mvn",
-                "-q",
-                "-B",
-                f"-Dmaven.repo.local={repo}",
-                "-f",
-                str(REPO / module / "pom.xml"),
-                goal,
-                "-DskipTests",
-            ],
-            check=True,
-        )
-    target = REPO / "integrations" / "pekko" / "target"
-    return f"{target / 'classes'}:{(target / 'classpath.txt').read_text().strip()}"
+def pekko_classpath() -> str:
+    return classpath("integrations/pekko")
 
 
 def entities() -> list[str]:
@@ -155,7 +137,7 @@ def twice_alive(log: list[tuple]) -> list[str]:
 
 
 def test_pekko_follows_the_shardset_while_scaling(
-    operator, dev_cluster, namespace, kubectl, wait_for, classpath
+    operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath
 ) -> None:
     names = entities()
     sts = workers(
@@ -164,7 +146,7 @@ def test_pekko_follows_the_shardset_while_scaling(
         command=[
             "java",
             "-cp",
-            classpath,
+            pekko_classpath,
             "dev.apportion.pekko.sample.CounterApp",
             SET,
             str(SHARDS),

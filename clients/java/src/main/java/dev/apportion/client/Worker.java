@@ -440,24 +440,23 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** On SIGTERM (the JVM's shutdown): drain, wait until drained or the pod's grace period less a
-   * margin is over, then close. */
+  /** On SIGTERM (the JVM's shutdown): {@link #drainAndClose}. */
   public void installShutdownHook() {
-    Runtime.getRuntime()
-        .addShutdownHook(
-            new Thread(
-                () -> {
-                  drain();
-                  try {
-                    if (!awaitDrained(grace.minus(DRAIN_MARGIN))) {
-                      LOG.warning("grace period over before every unit was handed off");
-                    }
-                  } catch (InterruptedException e) {
-                    Thread.currentThread().interrupt();
-                  }
-                  close();
-                },
-                "apportion-drain-" + setName));
+    Runtime.getRuntime().addShutdownHook(new Thread(this::drainAndClose, "apportion-drain-" + setName));
+  }
+
+  /** Drains, waits until drained or the pod's grace period less a margin is over, then closes:
+   * what a pod does on SIGTERM. */
+  public void drainAndClose() {
+    drain();
+    try {
+      if (!awaitDrained(grace.minus(DRAIN_MARGIN))) {
+        LOG.warning("grace period over before every unit was handed off");
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    close();
   }
 
   /** Stops following the table; units still held are revoked, without an ack: the pod's

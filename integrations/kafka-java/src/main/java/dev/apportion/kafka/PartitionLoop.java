@@ -1,0 +1,290 @@
+package dev.apportion.kafka;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.logging.Level;
+import java.util.logging.Logger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+
+/**
+ * The one thread that touches the Kafka {@link Consumer} (it is not thread-safe): applies
+ * changes of the partitions consumed between records, fetches, hands records to the handler one
+ * at a time, and commits. The Python apportion.kafka.consumer loop, in Java.
+ *
+ * <p>A release commits the offset after the last record handled and only then completes, so the
+ * next owner resumes exactly there; a revoke (no hand-off) stops at once and commits nothing.
+ */
+final class PartitionLoop implements AutoCloseable {
+  private static final Logger LOG = Logger.getLogger(PartitionLoop.class.getName());
+  private static final Duration POLL = Duration.ofMillis(200);
+
+  /** Told where acquired partitions start (partition → offset). */
+  @FunctionalInterface
+  interface IntakeListener {
+    void started(Map<Integer, Long> starts);
+  }
+
+  /** Told of every commit: partition, offset. */
+  @FunctionalInterface
+  interface CommitListener {
+    void committed(int partition, long offset);
+  }
+
+  /** A change of the partitions consumed; {@code result}: per partition, where it starts
+   * (acquire) or its final offset (release: committed; revoke: where it stopped).
+   * {@code started} is told where acquired partitions start, on this thread before their first
+   * record is handled, so that what it logs comes before any record's line. */
+  private record Change(
+      Set<Integer> acquire,
+      Set<Integer> release,
+      boolean commit,
+      IntakeListener started,
+      CompletableFuture<Map<Integer, Long>> result) {}
+
+  private final Consumer<byte[], byte[]> consumer;
+  private final String topic;
+  private final RecordHandler handler;
+  private final Duration commitInterval;
+  private final CommitListener onCommit;
+  private final Map<Integer, String> commitMetadata = new HashMap<>();
+  private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
+  private final Map<Integer, Long> positions = new TreeMap<>();
+  private final Map<Integer, Long> committed = new HashMap<>();
+  private final Thread thread;
+  private volatile boolean stopping;
+
+  PartitionLoop(
+      Consumer<byte[], byte[]> consumer,
+      String topic,
+      RecordHandler handler,
+      Duration commitInterval,
+      CommitListener onCommit) {
+    this.consumer = consumer;
+    this.topic = topic;
+    this.handler = handler;
+    this.commitInterval = commitInterval;
+    this.onCommit = onCommit;
+    this.thread = new Thread(this::run, "apportion-kafka-" + topic);
+  }
+
+  void start() {
+    thread.start();
+  }
+
+  /** Starts consuming {@code partitions} at their committed offsets (the beginning when none);
+   * {@code metadata}: what to commit them with (the unit's fencing token). */
+  CompletableFuture<Map<Integer, Long>> acquire(
+      Set<Integer> partitions,
+      Map<Integer, String> metadata,
+      IntakeListener started) {
+    synchronized (commitMetadata) {
+      commitMetadata.putAll(metadata);
+    }
+    return submit(
+        new Change(Set.copyOf(partitions), Set.of(), true, started, new CompletableFuture<>()));
+  }
+
+  /** Stops consuming {@code partitions}, the record being handled finishing first; with
+   * {@code commit}, their offsets are committed before this completes. */
+  CompletableFuture<Map<Integer, Long>> release(Set<Integer> partitions, boolean commit) {
+    return submit(
+        new Change(Set.of(), Set.copyOf(partitions), commit, started -> {}, new CompletableFuture<>()));
+  }
+
+  private CompletableFuture<Map<Integer, Long>> submit(Change change) {
+    if (!thread.isAlive()) {
+      change.result().completeExceptionally(new IllegalStateException("the consuming loop is not running"));
+      return change.result();
+    }
+    changes.add(change);
+    return change.result();
+  }
+
+  private void run() {
+    long nextCommit = System.nanoTime() + commitInterval.toNanos();
+    try {
+      while (!stopping) {
+        Change change =
+            positions.isEmpty() ? changes.poll(POLL.toMillis(), TimeUnit.MILLISECONDS) : changes.poll();
+        while (change != null) {
+          apply(change);
+          change = changes.poll();
+        }
+        if (!positions.isEmpty() && !handle(consumer.poll(POLL))) {
+          // A change is waiting: what was fetched past the last record handled is dropped;
+          // seeking makes the consumer fetch it again.
+          seekAll();
+        }
+        if (System.nanoTime() >= nextCommit) {
+          try {
+            commit(positions.keySet());
+          } catch (RuntimeException e) { // the next interval, or the release, tries again
+            LOG.warning("committing offsets failed: " + e);
+          }
+          nextCommit = System.nanoTime() + commitInterval.toNanos();
+        }
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    } catch (RuntimeException e) {
+      LOG.log(Level.SEVERE, "the consuming loop failed", e);
+    }
+    for (Change left = changes.poll(); left != null; left = changes.poll()) {
+      left.result().completeExceptionally(new IllegalStateException("the consuming loop stopped"));
+    }
+  }
+
+  /** Hands the records over in order; false when stopped early for a waiting change. */
+  private boolean handle(ConsumerRecords<byte[], byte[]> batch) throws InterruptedException {
+    for (TopicPartition tp : batch.partitions()) {
+      for (ConsumerRecord<byte[], byte[]> record : batch.records(tp)) {
+        if (!changes.isEmpty()) {
+          return false;
+        }
+        Long position = positions.get(tp.partition());
+        if (position == null || position != record.offset()) {
+          break; // fetched for a position since replaced by a seek
+        }
+        try {
+          handler.handle(record);
+        } catch (InterruptedException e) {
+          throw e;
+        } catch (Exception e) {
+          // As in the Python loop: the loop stops (acquisitions fail and are retried) rather
+          // than skip a record or hand it over twice.
+          throw new IllegalStateException("handling " + tp + "@" + record.offset() + " failed", e);
+        }
+        positions.put(tp.partition(), record.offset() + 1);
+      }
+    }
+    return true;
+  }
+
+  private void apply(Change change) {
+    RuntimeException error = null;
+    Map<Integer, Long> result = new TreeMap<>();
+    if (!change.release().isEmpty() && change.commit()) {
+      Set<Integer> held = new HashSet<>(change.release());
+      held.retainAll(positions.keySet());
+      try {
+        commit(held);
+      } catch (RuntimeException failed) { // stopped all the same: the next owner resumes earlier
+        error = failed;
+      }
+    }
+    for (int partition : change.release()) {
+      Long position = positions.remove(partition);
+      Long last = committed.remove(partition);
+      Long end = change.commit() ? last : position;
+      if (end != null) {
+        result.put(partition, end);
+      }
+    }
+    synchronized (commitMetadata) {
+      commitMetadata.keySet().removeAll(change.release());
+    }
+    try {
+      Set<Integer> fresh = new HashSet<>(change.acquire());
+      fresh.removeAll(positions.keySet());
+      Set<Integer> all = new HashSet<>(positions.keySet());
+      all.addAll(fresh);
+      consumer.assign(partitions(all));
+      Map<Integer, Long> starts = resumeOffsets(fresh);
+      positions.putAll(starts);
+      committed.putAll(starts);
+      result.putAll(starts);
+      seekAll();
+      change.started().started(starts);
+    } catch (RuntimeException failed) {
+      error = error == null ? failed : error;
+    }
+    if (error != null) {
+      change.result().completeExceptionally(error);
+    } else {
+      change.result().complete(result);
+    }
+  }
+
+  private List<TopicPartition> partitions(Set<Integer> numbers) {
+    List<TopicPartition> found = new ArrayList<>();
+    numbers.stream().sorted().forEach(p -> found.add(new TopicPartition(topic, p)));
+    return found;
+  }
+
+  private void seekAll() {
+    positions.forEach((partition, offset) -> consumer.seek(new TopicPartition(topic, partition), offset));
+  }
+
+  /** The committed offset of each partition, its beginning when it has none. */
+  private Map<Integer, Long> resumeOffsets(Set<Integer> fresh) {
+    Map<Integer, Long> offsets = new TreeMap<>();
+    if (fresh.isEmpty()) {
+      return offsets;
+    }
+    Map<TopicPartition, OffsetAndMetadata> found = consumer.committed(new HashSet<>(partitions(fresh)));
+    List<TopicPartition> missing = new ArrayList<>();
+    for (TopicPartition tp : partitions(fresh)) {
+      OffsetAndMetadata at = found.get(tp);
+      if (at == null) {
+        missing.add(tp);
+      } else {
+        offsets.put(tp.partition(), at.offset());
+      }
+    }
+    if (!missing.isEmpty()) {
+      consumer.beginningOffsets(missing).forEach((tp, offset) -> offsets.put(tp.partition(), offset));
+    }
+    return offsets;
+  }
+
+  private void commit(Set<Integer> partitions) {
+    Map<TopicPartition, OffsetAndMetadata> due = new HashMap<>();
+    Map<Integer, Long> offsets = new TreeMap<>();
+    for (int partition : partitions) {
+      long position = positions.get(partition);
+      if (!Long.valueOf(position).equals(committed.get(partition))) {
+        String metadata;
+        synchronized (commitMetadata) {
+          metadata = commitMetadata.getOrDefault(partition, "");
+        }
+        due.put(new TopicPartition(topic, partition), new OffsetAndMetadata(position, metadata));
+        offsets.put(partition, position);
+      }
+    }
+    if (due.isEmpty()) {
+      return;
+    }
+    consumer.commitSync(due);
+    offsets.forEach(
+        (partition, offset) -> {
+          committed.put(partition, offset);
+          onCommit.committed(partition, offset);
+        });
+  }
+
+  /** Stops the loop (pending changes fail) and closes the consumer. */
+  @Override
+  public void close() {
+    stopping = true;
+    try {
+      thread.join(Duration.ofSeconds(10).toMillis());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+    consumer.close();
+  }
+}

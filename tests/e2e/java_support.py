@@ -1,0 +1,38 @@
+"""The Java parts the e2e tests run as processes, built with Maven as `make java` builds them
+(seconds when up to date), from the same local repository."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+CLIENT = "clients/java"
+
+
+def maven(module: str, goal: str) -> None:
+    repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
+    subprocess.run(
+        [
+            "mvn",
+            "-q",
+            "-B",
+            f"-Dmaven.repo.local={repo}",
+            "-f",
+            str(REPO / module / "pom.xml"),
+            goal,
+            "-DskipTests",
+        ],
+        check=True,
+    )
+
+
+def classpath(module: str) -> str:
+    """`module` packaged (the Java client installed first when it is a dependency) and its
+    runtime classpath: its classes, then target/classpath.txt (maven-dependency-plugin)."""
+    if module != CLIENT:
+        maven(CLIENT, "install")
+    maven(module, "package")
+    target = REPO / module / "target"
+    return f"{target / 'classes'}:{(target / 'classpath.txt').read_text().strip()}"
