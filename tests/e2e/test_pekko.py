@@ -16,6 +16,7 @@ import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,13 @@ def fetch(url: str, timeout: float = 30) -> tuple[int, str]:
 
 
 class Traffic:
-    """Threads sending numbered Count messages per entity through the given pods' /send, one
-    message at a time per entity; every reply is kept, every retry noted."""
+    """Threads sending numbered Count messages per entity through the /send of the pods
+    `fronts()` names (asked again after a failure: a rolling restart replaces them), one message
+    at a time per entity; every reply is kept, every retry noted."""
 
-    def __init__(self, urls: list[str], names: list[str], threads: int = 4) -> None:
-        self.urls = urls
+    def __init__(self, fronts: Callable[[], list[str]], names: list[str], threads: int = 4) -> None:
+        self.fronts = fronts
+        self.urls = fronts()
         self.sent: dict[str, int] = Counter()
         self.replies: list[dict[str, Any]] = []
         self.retried: list[tuple[str, int, str]] = []
@@ -93,6 +96,11 @@ class Traffic:
                 self.replies.append(reply)
                 return reply
             self.retried.append((entity, seq, f"{status} {body[:160]}"))
+            # The front pod may be going (a rolling restart: its region terminated, then no
+            # answer at all): ask which pods front now.
+            time.sleep(0.2)
+            self.urls = self.fronts() or self.urls
+            url = self.urls[seq % len(self.urls)]
 
     def _run(self, names: list[str]) -> None:
         i = 0
@@ -150,7 +158,7 @@ def test_pekko_follows_the_shardset_while_scaling(
             "dev.apportion.pekko.sample.CounterApp",
             SET,
             str(SHARDS),
-            f"{STS}-0",
+            STS,
         ],
         grace=30,
     )
@@ -175,17 +183,24 @@ def test_pekko_follows_the_shardset_while_scaling(
         return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
     wait_for(lambda: ready(f"{STS}-0") and ready(f"{STS}-1"), 90, "pk-0 and pk-1 never Ready")
-    # pk-0 and pk-1 stay through every step: messages enter the cluster there.
-    front = [url(f"{STS}-0"), url(f"{STS}-1")]
-    traffic = Traffic(front, names)
+
+    def fronts() -> list[str]:
+        """pk-0 and pk-1, which every step keeps (messages enter the cluster there), when
+        Ready: a rolling restart replaces them too."""
+        return [url(p) for p in (f"{STS}-0", f"{STS}-1") if ready(p)]
+
+    traffic = Traffic(fronts, names)
     traffic.start()
 
     last: dict[str, Any] = {}
 
-    def agreed(replicas: int) -> dict[str, set[str]] | None:
-        """The table settled over exactly `replicas` pods, and Pekko's view equal to it."""
+    def agreed(replicas: int, replaced: Mapping[str, str] = {}) -> dict[str, set[str]] | None:
+        """The table settled over exactly `replicas` pods (none of them the incarnations
+        `replaced` names: pod → uid), and Pekko's view equal to it."""
         table = read_table(kubectl, namespace, "ShardSet", SET)
         if table is None:
+            return None
+        if any(table.member_uids.get(pod) in (None, uid) for pod, uid in replaced.items()):
             return None
         wanted = {m: set(u) for m, u in table.by_member().items() if u}
         last.update(epoch=table.epoch, table=wanted, releasing=table.releasing(), view=None)
@@ -195,7 +210,7 @@ def test_pekko_follows_the_shardset_while_scaling(
             return None
         if not is_true(get(kubectl, namespace, "sset", SET), "Balanced"):
             return None
-        status, body = fetch(f"{front[0]}/view", timeout=10)
+        status, body = fetch(f"{(fronts() or ['http://-'])[0]}/view", timeout=10)
         if status != 200:
             return None
         view = {pod: set(shards) for pod, shards in json.loads(body).items() if shards}
@@ -215,6 +230,16 @@ def test_pekko_follows_the_shardset_while_scaling(
         )
         convergence[step] = round(time.monotonic() - start, 1)
         assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // replicas)
+    # A rolling restart while messages flow: every pod replaced, the new ones join the cluster
+    # of the pods still running (never one of their own), and the shards follow the table.
+    before = dict(read_table(kubectl, namespace, "ShardSet", SET).member_uids)
+    kubectl("rollout", "restart", "-n", namespace, "statefulset", STS)
+    start = time.monotonic()
+    final = wait_for(
+        lambda: agreed(2, before), 240, f"Pekko agreeing after the rolling restart; last: {last}"
+    )
+    convergence["rolling restart"] = round(time.monotonic() - start, 1)
+    assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // 2)
     traffic.stop()
     # Every release was carried out by Pekko and acknowledged (none forced after
     # handoffTimeout), and the leaving nodes drained before they went.
@@ -223,6 +248,8 @@ def test_pekko_follows_the_shardset_while_scaling(
     print(f"\nPekko convergence (s, scale command to view == table): {convergence}")
 
     print(f"messages: {len(traffic.replies)}, retried after no answer: {len(traffic.retried)}")
+    why = Counter(re.sub(r"[\d.:]+", "N", reason)[:90] for _, _, reason in traffic.retried)
+    print(f"retries by answer: {why.most_common(4)}")
     assert sum(traffic.sent.values()) == len(traffic.replies) > len(names) * 10
 
     # Every entity now runs where `apportion locate --scheme akka` says.
@@ -237,7 +264,7 @@ def test_pekko_follows_the_shardset_while_scaling(
         check=True,
     )
     where = {loc["id"]: loc["pod"] for loc in json.loads(located.stdout)}
-    assert {e: traffic.send(e, front[0])["pod"] for e in names} == where
+    assert {e: traffic.send(e, fronts()[0])["pod"] for e in names} == where
 
     pods = [f"{STS}-{i}" for i in range(5)]
     sent = Counter({(e, seq) for e, n in traffic.sent.items() for seq in range(1, n + 1)})

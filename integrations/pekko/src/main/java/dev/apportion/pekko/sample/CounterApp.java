@@ -14,7 +14,9 @@ import java.net.InetSocketAddress;
 import java.net.URI;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.Executors;
 import org.apache.pekko.actor.typed.ActorSystem;
@@ -27,9 +29,10 @@ import org.apache.pekko.cluster.typed.Cluster;
 /**
  * The sample: a Pekko cluster of {@link Counter} entities placed by ShardSet {@code <set>}.
  *
- * <p>{@code CounterApp <set> <shards> <seed-pod>}, in a pod with {@code POD_NAME},
- * {@code POD_NAMESPACE} and {@code POD_IP}. Artery listens on the pod IP, port 2551; the cluster
- * is seeded by pod {@code <seed-pod>} (its IP read from the API). HTTP on the pod IP, port 8080:
+ * <p>{@code CounterApp <set> <shards> <statefulset>}, in a pod of StatefulSet {@code
+ * <statefulset>} with {@code POD_NAME}, {@code POD_NAMESPACE} and {@code POD_IP}. Artery listens
+ * on the pod IP, port 2551; seed nodes are found through the API (see {@link #seedNodes}). HTTP
+ * on the pod IP, port 8080:
  * {@code /ready} (200 once this node is Up: the readiness probe, so apportion places shards only
  * on members), {@code /send?entity=E&seq=N} (a Count message, answered with the Counted reply
  * as JSON), {@code /view} (GetClusterShardingStats: pod → shards) and {@code /local}
@@ -50,14 +53,14 @@ public final class CounterApp {
     int shards = Integer.parseInt(args[1]);
     String pod = System.getenv("POD_NAME");
     String ip = System.getenv("POD_IP");
-    String seed = seedAddress(args[2]);
+    String seeds = String.join("\", \"", seedNodes(args[2], pod, ip));
     Config config =
         ApportionSharding.podConfig()
             .withFallback(ConfigFactory.parseString(String.join("\n",
                 "pekko.actor.provider = cluster",
                 "pekko.remote.artery.canonical.hostname = \"" + ip + "\"",
                 "pekko.remote.artery.canonical.port = " + PEKKO_PORT,
-                "pekko.cluster.seed-nodes = [\"" + seed + "\"]",
+                "pekko.cluster.seed-nodes = [\"" + seeds + "\"]",
                 "pekko.cluster.downing-provider-class = "
                     + "\"org.apache.pekko.cluster.sbr.SplitBrainResolverProvider\"",
                 // Moves at most a second after apportion asks; the table spreads by gossip.
@@ -111,19 +114,51 @@ public final class CounterApp {
     System.out.println("started pod=" + pod + " address=" + Cluster.get(system).selfMember().address());
   }
 
-  /** The seed node: pod {@code seedPod}'s IP once the API has one. */
-  private static String seedAddress(String seedPod) throws InterruptedException {
+  /**
+   * Where to join: the other Ready pods of the StatefulSet (Ready means an Up member), read with
+   * nothing but {@code get pods}, which the apportion-worker role grants (a real app would use
+   * Pekko Management's Kubernetes discovery). With none, the lowest ordinal starts the cluster by
+   * seeding itself and the others wait: a pod restarted in a rolling update joins its peers
+   * instead of forming a second cluster of its own.
+   */
+  private static List<String> seedNodes(String statefulSet, String self, String selfIp)
+      throws InterruptedException {
     try (KubernetesClient client = new KubernetesClientBuilder().build()) {
       String namespace = System.getenv("POD_NAMESPACE");
       while (true) {
-        Pod p = client.pods().inNamespace(namespace).withName(seedPod).get();
-        String ip = p == null || p.getStatus() == null ? null : p.getStatus().getPodIP();
-        if (ip != null && !ip.isEmpty()) {
-          return "pekko://Counters@" + ip + ":" + PEKKO_PORT;
+        List<String> peers = new ArrayList<>();
+        String lowest = null;
+        for (int ordinal = 0; ; ordinal++) { // StatefulSet ordinals are contiguous from 0
+          Pod p = client.pods().inNamespace(namespace).withName(statefulSet + "-" + ordinal).get();
+          if (p == null) {
+            break;
+          }
+          String name = p.getMetadata().getName();
+          boolean leaving = p.getMetadata().getDeletionTimestamp() != null;
+          lowest = lowest == null && !leaving ? name : lowest;
+          if (!name.equals(self) && !leaving && isReady(p)) {
+            peers.add(address(p.getStatus().getPodIP()));
+          }
         }
-        Thread.sleep(200);
+        if (!peers.isEmpty()) {
+          return peers;
+        }
+        if (self.equals(lowest)) {
+          return List.of(address(selfIp));
+        }
+        Thread.sleep(500);
       }
     }
+  }
+
+  private static boolean isReady(Pod pod) {
+    return pod.getStatus() != null
+        && pod.getStatus().getConditions().stream()
+            .anyMatch(c -> "Ready".equals(c.getType()) && "True".equals(c.getStatus()));
+  }
+
+  private static String address(String ip) {
+    return "pekko://Counters@" + ip + ":" + PEKKO_PORT;
   }
 
   private static Map<String, String> query(URI uri) {
