@@ -16,6 +16,7 @@ Sides:
 - apportion: `python -m apportion.kafka` consumers as process pods of a StatefulSet on a
   dev-cluster, a PartitionSet over them (rebalance interval 1 s), the operator as a process;
   steps are `kubectl scale` and a template change (StatefulSet rolling update).
+- apportion-java: the same with the Java consumer (integrations/kafka-java's PrintingConsumer).
 - Kafka's group rebalancing: consumers subscribed to one group, each a thread of this process;
   steps start and stop (commit, leave the group) consumers; offsets auto-committed every 1 s,
   heartbeats every 1 s (session timeout 10 s):
@@ -25,7 +26,7 @@ Sides:
   - kip848-consumer: confluent-kafka, the `consumer` group protocol of Kafka 4 (KIP-848:
     the broker assigns, incrementally; its heartbeat interval set to 1 s on the broker).
 
-Run: .venv/bin/python bench/bench_kafka.py [--quick] [--side apportion|kafka]
+Run: .venv/bin/python bench/bench_kafka.py [--quick] [--side apportion|apportion-java|kafka]
 (`make kafka-jars` first: the broker runs from the cached jars.)
 """
 
@@ -291,7 +292,8 @@ def group_side(
 # -------------------------------------------------------------------------------- apportion
 
 
-def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
+def apportion_side(bootstrap: str, topic: str, consumer: list[str]) -> tuple[list[Step], Any, Any]:
+    """`consumer`: how a consumer pod starts (Python or Java; the same flags follow)."""
     from unitset_support import (
         Operator,
         apply,
@@ -333,7 +335,7 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
         operator = Operator(cluster, namespace, state / "operator.log")
         kubectl = cluster.kubectl
         command = [
-            sys.executable, "-m", "apportion.kafka", "--topic", topic, "--set", "orders",
+            *consumer, "--topic", topic, "--set", "orders",
             "--bootstrap", bootstrap, "--group", "bench-apportion",
             "--work-time", str(WORK_TIME), "--port", "8080",
         ]  # fmt: skip
@@ -421,9 +423,9 @@ def apportion_side(bootstrap: str, topic: str) -> tuple[list[Step], Any, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the same run (it is short)")
-    parser.add_argument("--side", choices=("apportion", "kafka"), action="append")
+    parser.add_argument("--side", choices=("apportion", "apportion-java", "kafka"), action="append")
     args = parser.parse_args()
-    sides = args.side or ["apportion", "kafka"]
+    sides = args.side or ["apportion", "apportion-java", "kafka"]
     from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
     from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
 
@@ -454,7 +456,18 @@ def main() -> int:
     ) as broker:
         runs: list[tuple[str, Callable[[str], tuple[list[Step], Any, Any]]]] = []
         if "apportion" in sides:
-            runs.append(("apportion", lambda t: apportion_side(broker.bootstrap, t)))
+            python = [sys.executable, "-m", "apportion.kafka"]
+            runs.append(("apportion", lambda t: apportion_side(broker.bootstrap, t, python)))
+        if "apportion-java" in sides:
+            from java_support import classpath
+
+            java = [
+                "java",
+                "-cp",
+                classpath("integrations/kafka-java"),
+                "dev.apportion.kafka.sample.PrintingConsumer",
+            ]
+            runs.append(("apportion-java", lambda t: apportion_side(broker.bootstrap, t, java)))
         if "kafka" in sides:
             for label, (client, config) in groups.items():
                 runs.append(

@@ -1,6 +1,8 @@
 package dev.apportion.kafka.sample;
 
 import dev.apportion.kafka.PartitionConsumer;
+import com.sun.net.httpserver.HttpServer;
+import java.net.InetSocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.time.Instant;
@@ -20,8 +22,11 @@ import java.util.Properties;
  * </pre>
  *
  * <p>{@code java dev.apportion.kafka.sample.PrintingConsumer --topic T --set S --bootstrap B
- * --group G [--work-time SECONDS] [--commit-interval SECONDS]}, with {@code POD_NAME},
- * {@code POD_NAMESPACE} and a kubeconfig or in-cluster credentials.
+ * --group G [--work-time SECONDS] [--commit-interval SECONDS] [--port N]}, with {@code
+ * POD_NAME}, {@code POD_NAMESPACE} and a kubeconfig or in-cluster credentials. With {@code
+ * --port}, {@code GET /healthz} on {@code $POD_IP} answers 200 once the consumer has started: a
+ * readiness probe, so that partitions go to consumers that can take them, not to a JVM still
+ * starting.
  */
 public final class PrintingConsumer {
   private PrintingConsumer() {}
@@ -86,6 +91,18 @@ public final class PrintingConsumer {
             log);
     consumer.installShutdownHook();
     consumer.start();
+    if (args.containsKey("--port")) {
+      String host = System.getenv().getOrDefault("POD_IP", "0.0.0.0");
+      HttpServer health =
+          HttpServer.create(new InetSocketAddress(host, Integer.parseInt(args.get("--port"))), 0);
+      health.createContext(
+          "/healthz",
+          exchange -> {
+            exchange.sendResponseHeaders(200, -1);
+            exchange.close();
+          });
+      health.start();
+    }
     Thread.currentThread().join(); // consume until the JVM shuts down (SIGTERM hands over first)
   }
 
