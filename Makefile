@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test \
+.PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test krew \
 	unit e2e java bench lint crds monitoring dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
@@ -35,7 +35,7 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool, helm) once per version into ~/.cache/apportion.
+# Builds the Go tools the tests run (promtool, helm, krew) once per version into ~/.cache/apportion.
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
@@ -80,6 +80,11 @@ crds: setup
 	$(BIN)/apportion crds --output crds
 
 # manifests/monitoring/prometheusrule.yaml from manifests/monitoring/rules.yaml.
+# The krew archive of `kubectl apportion` into dist/, and its version and sha256 into
+# plugins/krew/apportion.yaml (docs/operations.md#kubectl-plugin).
+krew: setup
+	$(BIN)/python scripts/krew.py --out dist --update-manifest
+
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py
 

@@ -23,13 +23,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
+from lightkube.core.exceptions import ConfigError
 from lightkube.resources.apps_v1 import Deployment, StatefulSet
 from lightkube.resources.core_v1 import Pod
 from lightkube.resources.events_v1 import Event
 from lightkube.types import PatchType
 
+from apportion import API_VERSION
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion.api.common import LabelSelector
@@ -76,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return asyncio.run(args.func(args))
-    except PluginError as error:
+    except (PluginError, ConfigError, httpx2.HTTPError) as error:
+        # No kubeconfig, no API server, no CRDs: a sentence, not a traceback.
         print(f"kubectl apportion: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -145,6 +149,13 @@ async def load_set(client: AsyncClient, namespace: str, spec: str) -> LiveSet:
         except ApiError as error:
             if error.status.code == 404:
                 continue
+            raise
+        except httpx2.HTTPStatusError as error:
+            if error.response.status_code == 404:  # a bare 404: the kind is not served at all
+                raise PluginError(
+                    f"the cluster does not serve {API_VERSION} {kind}: "
+                    "are apportion's CRDs installed?"
+                ) from error
             raise
         found.append((kind, obj.to_dict()))
     if not found:

@@ -1,7 +1,7 @@
 """Go programs beside the control plane, each from a wrapper module of its own under tests/e2e
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, and the tools the tests run (promtool, helm)."""
+metrics-server, and the tools the tests run (promtool, helm, krew)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,14 @@ HELM = GoTool(
     # `helm version` reads it; unstamped, helm reports its module's placeholder version
     "helm.sh/helm/v3/internal/version.version",
 )
-TEST_TOOLS = (PROMTOOL, HELM)
+KREW = GoTool(
+    "krew",
+    "tools/krew",
+    "sigs.k8s.io/krew",
+    ("krew", "validate-krew-manifest"),
+    "sigs.k8s.io/krew/internal/version.gitTag",
+)
+TEST_TOOLS = (PROMTOOL, HELM, KREW)
 """What `make tools` builds: the tools the tests run against what we ship."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
