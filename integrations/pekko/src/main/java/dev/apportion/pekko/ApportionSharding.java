@@ -126,8 +126,13 @@ public final class ApportionSharding<M> implements AutoCloseable {
 
   /** Pods that are cluster members (Up or WeaklyUp) → their addresses. */
   public Map<String, Address> podAddresses() {
+    return podAddresses(Cluster.get(system).state().getMembers());
+  }
+
+  /** Of {@code members}, those Up or WeaklyUp with a {@code pod:} role: pod → address. */
+  static Map<String, Address> podAddresses(Iterable<Member> members) {
     Map<String, Address> found = new HashMap<>();
-    for (Member m : Cluster.get(system).state().getMembers()) {
+    for (Member m : members) {
       if (m.status() != MemberStatus.up() && m.status() != MemberStatus.weaklyUp()) {
         continue;
       }
