@@ -448,7 +448,14 @@ def test_the_standby_takes_over_when_the_kubelet_stops_the_active_operator(
         message=f"{standby} never resumed operations",
     )
     # ...and places a new set while the deleted pod is recreated.
-    namespace = f"ha-{secrets.token_hex(3)}"
+    _places_a_new_set(cluster, wait_for, "ha", 120, "the standby never made the new set Ready")
+
+
+def _places_a_new_set(
+    cluster: DevCluster, wait_for: Callable[..., Any], prefix: str, timeout: float, failure: str
+) -> None:
+    """The PartitionSet sample in a namespace of its own turns Ready: the operator works."""
+    namespace = f"{prefix}-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", namespace)
     try:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample("partitionset-demo.yaml"))
@@ -457,8 +464,8 @@ def test_the_standby_takes_over_when_the_kubelet_stops_the_active_operator(
                 _condition(_assignment(cluster, namespace, "partitionset", "demo"), "Ready")
                 == "True"
             ),
-            timeout=120,
-            message="the standby never made the new set Ready",
+            timeout=timeout,
+            message=failure,
         )
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
@@ -568,20 +575,9 @@ def test_helm_installs_the_operator_on_the_real_node(
         assert pod["spec"]["containers"][0]["image"] == IMAGE
         assert all(s["ready"] for s in pod["status"]["containerStatuses"])
 
-    namespace = f"helm-{secrets.token_hex(3)}"
-    cluster.kubectl("create", "namespace", namespace)
-    try:
-        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=sample("partitionset-demo.yaml"))
-        wait_for(
-            lambda: (
-                _condition(_assignment(cluster, namespace, "partitionset", "demo"), "Ready")
-                == "True"
-            ),
-            timeout=180,
-            message="the operator Helm installed never made the set Ready",
-        )
-    finally:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    _places_a_new_set(
+        cluster, wait_for, "helm", 180, "the operator Helm installed never made the set Ready"
+    )
     helm("uninstall", "apportion", "-n", SYSTEM, kubeconfig, "--wait")
     gone = cluster.kubectl("get", "statefulset", "-n", SYSTEM, "-o", "name", check=False)
     assert gone.stdout.strip() == ""
