@@ -113,7 +113,17 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
         for replicas in (4, 3):
             kubectl("scale", "-n", namespace, "statefulset", "kc", f"--replicas={replicas}")
             wait_for(settled(kubectl, namespace, replicas), 120, f"Balanced over {replicas}")
-            time.sleep(2)  # messages flow on the settled layout too
+            # Messages flow on the settled layout too: every consumer handles some (a JVM's
+            # first fetches can take seconds on a busy machine) before the next step.
+            since = time.time()
+            wait_for(
+                lambda n=replicas, t=since: (
+                    {d.pod for d in processed(dev_cluster, namespace, PODS) if d.time > t}
+                    >= set(PODS[:n])
+                ),
+                60,
+                f"every one of {replicas} consumers handling messages",
+            )
 
         # SIGKILL one consumer that holds partitions: no release, no commit of its tail.
         table = read_table(kubectl, namespace, "PartitionSet", "orders")
