@@ -475,10 +475,10 @@ class PodWorker:
     async def _rotate_token(self) -> None:
         try:
             await self._credentials()
-        except ApiError as error:
+        except Exception as error:  # an API server away for a moment must not end the pod
             # The old token is still good for a fifth of its life: try again soon.
             self.token_at = time.monotonic() + MAX_BACKOFF_SECONDS
-            log.warning("%s: token rotation failed: %s", self.key, error.status.message)
+            log.warning("%s: token rotation failed: %s", self.key, error)
 
     async def _on_exit(self, code: int, started: str | None = None) -> None:
         exit_code = exit_status(code)
