@@ -106,14 +106,21 @@ class Traffic:
         i = 0
         while not self._stop.is_set():
             for entity in names:
+                if self._stop.is_set():
+                    break
                 self.send(entity, self.urls[i % len(self.urls)])
                 i += 1
             time.sleep(0.05)
 
     def stop(self) -> None:
+        """Ends the senders once their message in flight is answered."""
         self._stop.set()
         for t in self._threads:
-            t.join(60)
+            t.join(120)
+        stuck = [t.name for t in self._threads if t.is_alive()]
+        assert not stuck, (
+            f"a message went unanswered for two minutes on the settled cluster: {stuck}"
+        )
 
 
 _LINE = re.compile(r"\b(\d+\.\d{3}) (start|msg|stop) entity=(\S+) pod=([\w-]+)(?: seq=(\d+))?")
@@ -176,11 +183,16 @@ def test_pekko_follows_the_shardset_while_scaling(
         return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
 
     def ready(pod: str) -> bool:
+        """Ready and not terminating: a pod a rolling restart is replacing still reads Ready
+        while it drains, but it is no front to send through."""
         found = kubectl("get", "pod", pod, "-n", namespace, "-o", "json", check=False)
         if found.returncode:
             return False
-        conditions = json.loads(found.stdout).get("status", {}).get("conditions", [])
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+        obj = json.loads(found.stdout)
+        conditions = obj.get("status", {}).get("conditions", [])
+        return "deletionTimestamp" not in obj["metadata"] and any(
+            c["type"] == "Ready" and c["status"] == "True" for c in conditions
+        )
 
     wait_for(lambda: ready(f"{STS}-0") and ready(f"{STS}-1"), 90, "pk-0 and pk-1 never Ready")
 
