@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from java_support import CLIENT, classpath
 from unitset_support import WORKER_ACCOUNT
 
@@ -28,7 +27,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
-from apportion.devcluster.kubeconfig import kubeconfig_dict
+from apportion.devcluster.kubeconfig import write_user_kubeconfig
 
 ROOT = assignment_config_map("ShardSet", "carts")
 ACK = "apportion.dev/ack.shardset.carts"
@@ -88,12 +87,13 @@ def start_java(
     # bound to a pod (unlike a kubelet's): the test that replaces a pod under a running worker
     # is about the uid fence on the ack, which a token dying with the pod would mask.
     token = dev_cluster.kubectl("create", "token", WORKER_ACCOUNT, "-n", namespace).stdout
-    env["KUBECONFIG"] = str(tmp_path / "worker.kubeconfig")
-    Path(env["KUBECONFIG"]).write_text(
-        yaml.safe_dump(
-            kubeconfig_dict(
-                dev_cluster.server, token.strip(), dev_cluster.ca_file, namespace=namespace
-            )
+    env["KUBECONFIG"] = str(
+        write_user_kubeconfig(
+            tmp_path / "worker.kubeconfig",
+            dev_cluster.server,
+            dev_cluster.ca_file,
+            {"token": token.strip()},
+            namespace,
         )
     )
     started: list[JavaWorker] = []

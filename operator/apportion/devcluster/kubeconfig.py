@@ -3,6 +3,7 @@ controller-manager, simulated pods)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -41,15 +42,30 @@ def kubeconfig_dict(
 
 
 def write_kubeconfig(path: Path, server: str, token: str, ca_file: Path) -> Path:
-    path.write_text(yaml.safe_dump(kubeconfig_dict(server, token, ca_file), sort_keys=False))
-    path.chmod(0o600)
-    return path
+    return write_user_kubeconfig(path, server, ca_file, {"token": token})
 
 
 def write_client_cert_kubeconfig(path: Path, server: str, ca_file: Path, pair: KeyPair) -> Path:
     """A kubeconfig for a component that proves who it is with its own client certificate."""
     user = {"client-certificate": str(pair.cert), "client-key": str(pair.key)}
-    config = kubeconfig_dict(server, "", ca_file, user=user)
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    path.chmod(0o600)
+    return write_user_kubeconfig(path, server, ca_file, user)
+
+
+def write_user_kubeconfig(
+    path: Path, server: str, ca_file: Path, user: dict[str, str], namespace: str = "default"
+) -> Path:
+    """A kubeconfig for `user` (its kubeconfig `user` entry), written with write_private."""
+    config = kubeconfig_dict(server, "", ca_file, namespace=namespace, user=user)
+    write_private(path, yaml.safe_dump(config, sort_keys=False))
     return path
+
+
+def write_private(path: Path, text: str) -> None:
+    """`text` into `path`, readable by its owner only and replaced atomically, so a client
+    re-reading a credential never sees half of it or a moment of wider permissions."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)
+    partial.replace(path)

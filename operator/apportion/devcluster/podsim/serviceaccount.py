@@ -11,19 +11,17 @@ and nothing more, which is what lets the e2e suite prove a worker needs no more 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-from lightkube import AsyncClient
+from lightkube import AsyncClient, KubeConfig
 from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ServiceAccount
 
-from apportion.devcluster.kubeconfig import kubeconfig_dict
+from apportion.devcluster.kubeconfig import write_private, write_user_kubeconfig
 
 # The kubelet's default for projected tokens (an hour and 7 seconds, so that a token's age
 # tells the API server it came from a kubelet).
@@ -49,10 +47,10 @@ class Cluster:
 
     @classmethod
     def from_kubeconfig(cls, path: str) -> Cluster:
-        config = yaml.safe_load(Path(path).read_text())
-        context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
-        cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
-        return cls(cluster["cluster"]["server"], cluster["cluster"]["certificate-authority"])
+        cluster = KubeConfig.from_file(path).get().cluster
+        if cluster.certificate_auth is None:
+            raise ValueError(f"{path}: the cluster names no certificate-authority file")
+        return cls(cluster.server, cluster.certificate_auth)
 
 
 async def issue_token(client: AsyncClient, pod: Mapping[str, Any]) -> str:
@@ -78,26 +76,13 @@ async def issue_token(client: AsyncClient, pod: Mapping[str, Any]) -> str:
 def write_credentials(
     cluster: Cluster, directory: Path, pod_name: str, namespace: str, token: str
 ) -> Path:
-    """POD.token and POD.kubeconfig in `directory` (mode 0600), each replaced atomically so a
-    client re-reading it never sees half of it. The kubeconfig carries the token both inline
-    and as `tokenFile`: lightkube and client-go re-read the file, while fabric8 ignores
-    `tokenFile` and reloads the whole kubeconfig when a request comes back 401. Returns the
-    kubeconfig's path."""
+    """POD.token and POD.kubeconfig in `directory`, private and each replaced atomically. The
+    kubeconfig carries the token both inline and as `tokenFile`: lightkube and client-go re-read
+    the file, while fabric8 ignores `tokenFile` and reloads the whole kubeconfig when a request
+    comes back 401. Returns the kubeconfig's path."""
     token_file = directory / f"{pod_name}.token"
-    _write_private(token_file, token)
-    kubeconfig = directory / f"{pod_name}.kubeconfig"
+    write_private(token_file, token)
     user = {"token": token, "tokenFile": str(token_file)}
-    config = kubeconfig_dict(
-        cluster.server, "", Path(cluster.ca_file), namespace=namespace, user=user
+    return write_user_kubeconfig(
+        directory / f"{pod_name}.kubeconfig", cluster.server, Path(cluster.ca_file), user, namespace
     )
-    _write_private(kubeconfig, yaml.safe_dump(config, sort_keys=False))
-    return kubeconfig
-
-
-def _write_private(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    partial.replace(path)
