@@ -154,6 +154,15 @@ def test_metrics_can_be_turned_off(render: Render) -> None:
     assert not [o for o in objects if o["kind"] == "ServiceMonitor"]
 
 
+def test_the_worker_policy_can_be_turned_off(render: Render) -> None:
+    """Only for clusters older than 1.30: the worker role stays, the policy goes."""
+    kinds = {key(obj)[:2] for obj in render("workerPolicy.enabled=false")}
+    assert ("ClusterRole", "apportion-worker") in kinds
+    assert not {kind for kind, _ in kinds if kind.startswith("ValidatingAdmissionPolicy")}
+    defaults = {key(obj)[:2] for obj in render()}
+    assert ("ValidatingAdmissionPolicy", "apportion-worker-writes") in defaults
+
+
 def test_the_service_monitor_scrapes_the_metrics_service(render: Render) -> None:
     objects = render(
         "metrics.serviceMonitor.enabled=true",
@@ -223,8 +232,10 @@ def test_the_api_server_accepts_the_rendered_chart(dev_cluster, helm) -> None:
         "clusterrolebinding.rbac.authorization.k8s.io/apportion-operator",
         "service/apportion-operator",
         "statefulset.apps/apportion-operator",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/apportion-worker-writes",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/apportion-worker-writes",
     } <= applied
-    assert len(applied) == len(result.stdout.splitlines()) == 13
+    assert len(applied) == len(result.stdout.splitlines()) == 15
     assert all(line.endswith("(server dry run)") for line in result.stdout.splitlines())
     assert "Warning" not in result.stderr, result.stderr
 

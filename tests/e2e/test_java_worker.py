@@ -79,29 +79,50 @@ class JavaWorker:
 
 
 @pytest.fixture
-def start_java(
-    dev_cluster: Any, namespace: str, client_classpath: str, tmp_path: Path
-) -> Iterator[Callable[[str], JavaWorker]]:
-    env = {k: v for k, v in dev_cluster.env.items() if "proxy" not in k.lower()}
-    # The worker's own ServiceAccount, with the apportion-worker role only. The token is not
-    # bound to a pod (unlike a kubelet's): the test that replaces a pod under a running worker
-    # is about the uid fence on the ack, which a token dying with the pod would mask.
-    token = dev_cluster.kubectl("create", "token", WORKER_ACCOUNT, "-n", namespace).stdout
-    env["KUBECONFIG"] = str(
-        write_user_kubeconfig(
-            tmp_path / "worker.kubeconfig",
+def bind_token(dev_cluster: Any, namespace: str, tmp_path: Path) -> Callable[[str], Path]:
+    """`bind_token(pod)`: POD.kubeconfig with a token of the worker's own ServiceAccount (the
+    apportion-worker role, under the worker policy) bound to the pod as it is now, as a kubelet
+    mounts it; written again on each call."""
+
+    def bind(pod: str) -> Path:
+        uid = dev_cluster.kubectl(
+            "get", "pod", pod, "-n", namespace, "-o", "jsonpath={.metadata.uid}"
+        ).stdout
+        token = dev_cluster.kubectl(
+            "create", "token", WORKER_ACCOUNT, "-n", namespace, "--bound-object-kind", "Pod",
+            "--bound-object-name", pod, "--bound-object-uid", uid,
+        ).stdout  # fmt: skip
+        return write_user_kubeconfig(
+            tmp_path / f"{pod}.kubeconfig",
             dev_cluster.server,
             dev_cluster.ca_file,
             {"token": token.strip()},
             namespace,
         )
-    )
+
+    return bind
+
+
+@pytest.fixture
+def start_java(
+    dev_cluster: Any,
+    namespace: str,
+    client_classpath: str,
+    tmp_path: Path,
+    bind_token: Callable[[str], Path],
+) -> Iterator[Callable[[str], JavaWorker]]:
+    env = {k: v for k, v in dev_cluster.env.items() if "proxy" not in k.lower()}
     started: list[JavaWorker] = []
 
     def start(pod: str) -> JavaWorker:
         worker = JavaWorker(
             client_classpath,
-            {**env, "POD_NAME": pod, "POD_NAMESPACE": namespace},
+            {
+                **env,
+                "KUBECONFIG": str(bind_token(pod)),
+                "POD_NAME": pod,
+                "POD_NAMESPACE": namespace,
+            },
             tmp_path / f"java-{pod}-{len(started)}.log",
         )
         started.append(worker)
@@ -119,6 +140,8 @@ def create_pod(kubectl: Any, namespace: str, name: str) -> str:
         "metadata": {"name": name},
         "spec": {
             "terminationGracePeriodSeconds": 30,
+            "serviceAccountName": WORKER_ACCOUNT,
+            "automountServiceAccountToken": False,  # the test binds the Java worker's token
             "containers": [{"name": "worker", "image": "example.invalid/worker"}],
         },
     }
@@ -218,7 +241,7 @@ def test_java_worker_follows_acknowledges_and_drains(
 
 
 def test_java_worker_cannot_ack_for_a_newer_pod_of_its_name(
-    kubectl: Any, namespace: str, start_java: Any, wait_for: Any
+    kubectl: Any, namespace: str, start_java: Any, bind_token: Any, wait_for: Any
 ) -> None:
     old = create_pod(kubectl, namespace, "w0")
     units = {"0": UnitState("w0", 1), "1": UnitState("w1", 1)}
@@ -229,6 +252,9 @@ def test_java_worker_cannot_ack_for_a_newer_pod_of_its_name(
     kubectl("delete", "pod", "w0", "-n", namespace, "--grace-period=1", "--timeout=60s")
     new = create_pod(kubectl, namespace, "w0")
     assert new != old
+    # The old token died with the old pod; even valid credentials of the new incarnation (the
+    # client reloads its kubeconfig on a 401) must not let the old process ack: the uid fence.
+    bind_token("w0")
     # A table that still records the old incarnation and asks it to release: the old process
     # releases, and its ack, carrying the old uid, is refused by the API server.
     releasing = dict(units, **{"0": UnitState("w0", 1, Release("w1", 1000.0, 2))})

@@ -244,8 +244,12 @@ def test_worker_role_is_minimal(dev_cluster, installed, namespace) -> None:
     expectations = {
         ("watch", "configmaps", namespace): True,
         ("patch", "pods", namespace): True,
+        ("patch", "leases.coordination.k8s.io", namespace): True,
         ("create", "leases.coordination.k8s.io", namespace): True,
-        ("get", "partitionsets.apportion.dev", namespace): True,
+        ("update", "leases.coordination.k8s.io", namespace): False,
+        ("act", "workers.apportion.dev", namespace): True,
+        ("exempt", "workers.apportion.dev", namespace): False,
+        ("get", "partitionsets.apportion.dev", namespace): False,
         ("create", "configmaps", namespace): False,
         ("delete", "pods", namespace): False,
         ("patch", "partitionsets.apportion.dev", namespace): False,

@@ -56,6 +56,30 @@ WHO_AM_I = textwrap.dedent(
     """
 )
 
+# Run inside a worker container: patch another pod's ack annotation with the kubelet's token, as
+# a faulty worker would; prints the HTTP status and the API server's message.
+FORGE_ACK = textwrap.dedent(
+    """
+    import json, os, ssl, sys, urllib.error, urllib.request
+    account = "/var/run/secrets/kubernetes.io/serviceaccount"
+    host = os.environ["KUBERNETES_SERVICE_HOST"]
+    port = os.environ["KUBERNETES_SERVICE_PORT"]
+    namespace, victim = os.environ["POD_NAMESPACE"], sys.argv[1]
+    request = urllib.request.Request(
+        f"https://{host}:{port}/api/v1/namespaces/{namespace}/pods/{victim}",
+        data=json.dumps({"metadata": {"annotations": {"apportion.dev/ack.x.y": "{}"}}}).encode(),
+        headers={"Authorization": "Bearer " + open(account + "/token").read(),
+                 "Content-Type": "application/merge-patch+json"},
+        method="PATCH",
+    )
+    context = ssl.create_default_context(cafile=account + "/ca.crt")
+    try:
+        print(json.dumps([urllib.request.urlopen(request, context=context).status, ""]))
+    except urllib.error.HTTPError as error:
+        print(json.dumps([error.code, json.load(error)["message"]]))
+    """
+)
+
 
 @pytest.fixture
 def real_namespace(real_cluster: DevCluster) -> Iterator[str]:
@@ -250,6 +274,16 @@ def test_workers_follow_the_placement_as_containers_through_scale_in_and_rollout
         assert status["userInfo"]["username"] == (
             f"system:serviceaccount:{namespace}:{demo.workers}"
         )
+        # The kubelet's token names the pod, and the worker policy holds it to that pod: its
+        # own acks go through (every hand-off below is acknowledged), a forged one does not.
+        extra = status["userInfo"]["extra"]
+        assert extra["authentication.kubernetes.io/pod-name"] == [f"{demo.workers}-0"]
+        forged = cluster.kubectl(
+            "exec", "-n", namespace, f"{demo.workers}-0", "--",
+            "python3", "-c", FORGE_ACK, f"{demo.workers}-1",
+        )  # fmt: skip
+        code, message = json.loads(forged.stdout)
+        assert code == 403 and "apportion-worker-writes" in message, message
 
         # Scale in: the kubelet sends SIGTERM to the last pod, which drains its units through
         # hand-offs before it exits.

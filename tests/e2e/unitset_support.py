@@ -147,8 +147,11 @@ def workers(
 
 def grant_worker_role(kubectl: Callable[..., Any], namespace: str) -> None:
     """The ServiceAccount WORKER_ACCOUNT in `namespace`, bound to the apportion-worker
-    ClusterRole of manifests/worker-rbac.yaml, as a user grants their workers."""
+    ClusterRole of manifests/worker-rbac.yaml, as a user grants their workers, under the
+    ValidatingAdmissionPolicy of manifests/worker-policy.yaml that `kubectl apply -k manifests/`
+    installs: every worker in the e2e suite runs with both."""
     kubectl("apply", "-f", str(REPO / "manifests" / "worker-rbac.yaml"))
+    kubectl("apply", "-f", str(REPO / "manifests" / "worker-policy.yaml"))
     kubectl("create", "serviceaccount", WORKER_ACCOUNT, "-n", namespace)
     kubectl(
         "create",

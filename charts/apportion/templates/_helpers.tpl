@@ -11,3 +11,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- define "apportion.selectorLabels" -}}
 app.kubernetes.io/name: apportion-operator
 {{- end }}
+
+{{/* The objects of a file under files/ (a link to the kustomize base), with the chart's labels:
+one source for both installs. */}}
+{{- define "apportion.objectsOf" -}}
+{{- $root := index . 0 }}
+{{- range $doc := regexSplit "(?m)^---\\s*$" ($root.Files.Get (index . 1)) -1 }}
+{{- $object := fromYaml $doc }}
+{{- if $object.kind }}
+{{- $_ := set $object.metadata "labels" (include "apportion.labels" $root | fromYaml) }}
+---
+{{ toYaml $object }}
+{{- end }}
+{{- end }}
+{{- end }}
