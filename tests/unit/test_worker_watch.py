@@ -141,6 +141,20 @@ async def test_gone_lists_again_and_watches_from_the_new_list() -> None:
     assert watch.relists == 1
 
 
+async def test_a_silent_watch_is_given_up_and_the_list_taken_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A watch whose connection died without a FIN delivers nothing and never ends: after
+    SILENCE_TIMEOUT the loop lists again and finds what it missed."""
+    monkeypatch.setattr(listwatch, "SILENCE_TIMEOUT", 0.05)
+    [one] = configmaps(table(1), "10")
+    [two] = configmaps(table(2), "12")
+    client = ScriptedClient(lists=[([one], "10"), ([two], "12")], watches=[([], None)] * 2)
+    seen, watch = await follow(client, until=2)
+    assert seen == [1, 2]
+    assert watch.relists == 1
+
+
 async def test_a_read_racing_a_chunked_write_reads_the_root_again() -> None:
     old_root, *_ = configmaps(table(1, 300), "5", inline_limit=0, chunk_limit=64)
     new_root, *new_chunks = configmaps(table(2, 300), "6", inline_limit=0, chunk_limit=64)

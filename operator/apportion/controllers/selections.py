@@ -26,7 +26,14 @@ from lightkube.operators import exists, in_, not_exists, not_in
 
 from apportion.api.common import LabelSelector, SelectorOperator
 from apportion.controllers import telemetry
-from apportion.listwatch import RETRY_MAX, RETRY_MIN, WATCH_TIMEOUT, as_dict
+from apportion.listwatch import (
+    RETRY_MAX,
+    RETRY_MIN,
+    WATCH_TIMEOUT,
+    WatchSilent,
+    as_dict,
+    bounded,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -341,12 +348,13 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                 self._drop_unlisted(namespace, listed)
                 synced.set()
                 delay = RETRY_MIN
-                async for event, obj in client.watch(
+                watch = client.watch(
                     self.resource,
                     namespace=where,
                     resource_version=listing.resourceVersion,
                     server_timeout=WATCH_TIMEOUT,
-                ):
+                )
+                async for event, obj in bounded(watch):
                     self._apply(event, as_dict(obj))
             except asyncio.CancelledError:
                 raise
@@ -356,7 +364,8 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                     "watch of %s ended (%s); listing again", self.what, error
                 )
                 self.relists += 1
-                telemetry.WATCH_RESTARTS.labels(self.plural, "expired" if gone else "error").inc()
+                reason = "expired" if gone else "silent" if isinstance(error, WatchSilent) else "error"
+                telemetry.WATCH_RESTARTS.labels(self.plural, reason).inc()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)
 

@@ -35,8 +35,10 @@ def build_settings() -> kopf.OperatorSettings:
     settings.networking.connect_timeout = 10
     settings.networking.request_timeout = 60
     settings.watching.connect_timeout = 10
-    settings.watching.server_timeout = 300
-    settings.watching.client_timeout = 330
+    # kopf's watches of the sets and peering objects end after client_timeout even when their
+    # connection died without a FIN, as apportion.listwatch.SILENCE_TIMEOUT bounds the others.
+    settings.watching.server_timeout = 60
+    settings.watching.client_timeout = 90
     settings.peering.lifetime = PEERING_LIFETIME
     settings.peering.stealth = True
     return settings

@@ -144,7 +144,7 @@ API_ERRORS = Counter(
 WATCH_RESTARTS = Counter(
     "apportion_operator_watch_restarts_total",
     "Watches of the operator's caches that ended and listed again, by resource and reason "
-    "(expired: 410 Gone, error: anything else).",
+    "(expired: 410 Gone, silent: nothing for SILENCE_TIMEOUT, error: anything else).",
     ("resource", "reason"),
 )
 
