@@ -144,6 +144,32 @@ def test_a_pending_unit_waits_for_a_later_ack(releasing: AssignmentTable) -> Non
     assert decision.new_table is None and decision.waiting == ("1",)
 
 
+def test_timeout_counts_from_when_the_operator_knew_the_release(
+    releasing: AssignmentTable,
+) -> None:
+    """A standby that took over at 150 (or a leader whose write returned then) times the
+    release of unit 1 (since 100) from 150, whatever `since` its predecessor's clock wrote; a
+    release it never saw published does not time out at all."""
+    target = {"0": "a", "1": "b"}
+
+    def at(now: float, known: dict[str, float]) -> AssignmentTable | None:
+        return step(
+            releasing, target, {}, live(A, B, C), now, TIMEOUT, releases_known=known
+        ).new_table
+
+    assert at(100.0 + TIMEOUT, {"1": 150.0}) is None
+    assert at(150.0 + TIMEOUT - 0.001, {"1": 150.0}) is None
+    moved = at(150.0 + TIMEOUT, {"1": 150.0})
+    assert moved is not None and moved.units["1"] == UnitState("b", 3)
+    assert at(10_000.0, {}) is None
+    # Known before `since` (a skewed clock behind the writer's): `since` still holds.
+    assert at(100.0 + TIMEOUT - 0.001, {"1": 0.0}) is None
+    decision = step(
+        releasing, target, {}, live(A, B, C), 120.0, TIMEOUT, releases_known={"1": 150.0}
+    )
+    assert decision.wake_at == 150.0 + TIMEOUT
+
+
 def test_timeout_reassigns_anyway_with_a_warning(releasing: AssignmentTable) -> None:
     target = {"0": "a", "1": "b"}
     early = step(releasing, target, {}, live(A, B, C), 100.0 + TIMEOUT - 0.001, TIMEOUT)

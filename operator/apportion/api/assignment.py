@@ -238,12 +238,17 @@ class AssignmentTable:
     members: tuple[Incarnation, ...]
     units: Mapping[str, UnitState]
     lineage: Lineage | None = None
+    serving_lease: float | None = None
+    """Seconds a worker may serve after its last confirmation of the table (the serving lease,
+    docs/handoff.md); None: no lease (KeepServing)."""
 
     def __post_init__(self) -> None:
         if self.lineage is not None and (
             self.lineage.to_count != self.count or self.lineage.epoch > self.epoch
         ):
             raise AssignmentFormatError("lineage: toCount must be count, epoch at most epoch")
+        if self.serving_lease is not None and not 0 < self.serving_lease < math.inf:
+            raise AssignmentFormatError("servingLease: must be a positive number of seconds")
         if not isinstance(self.units, MappingProxyType):
             object.__setattr__(self, "units", MappingProxyType(dict(self.units)))
         for name, value in (
@@ -360,6 +365,8 @@ def to_document(table: AssignmentTable, layout: Layout = "map") -> dict[str, Any
             "epoch": table.lineage.epoch,
             "parentEpochs": list(table.lineage.parent_epochs),
         }
+    if table.serving_lease is not None:
+        doc["servingLease"] = table.serving_lease
     doc["releasing"] = {
         unit: {
             "from": s.owner,
@@ -423,7 +430,16 @@ def from_document(doc: Any) -> AssignmentTable:
         members=members,
         units=units,
         lineage=lineage,
+        serving_lease=_seconds_or_none(doc.get("servingLease"), "servingLease"),
     )
+
+
+def _seconds_or_none(value: Any, path: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AssignmentFormatError(f"{path}: expected a number of seconds, got {value!r}")
+    return float(value)
 
 
 def _member(value: Any, path: str) -> Incarnation:

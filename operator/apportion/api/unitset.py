@@ -19,6 +19,7 @@ from apportion.api.common import (
     ApiModel,
     CustomStrategy,
     Decimal,
+    GO_DURATION_RE,
     Duration,
     IntOrPercent,
     LabelKey,
@@ -235,8 +236,33 @@ ImbalanceTolerance = Annotated[
 ]
 
 
+class WhenCutOff(StrEnum):
+    """What a worker does when it cannot confirm its view of the table (docs/handoff.md)."""
+
+    STOP_SERVING = "StopServing"
+    KEEP_SERVING = "KeepServing"
+
+
+SERVING_LEASE_SHARE = 3
+"""The serving lease defaults to handoffTimeout / 3: well inside the margin the inequality of
+docs/handoff.md asks for (clock rates, the application's own stopping time)."""
+
+
 class RebalancePolicy(ApiModel):
     """When and how much the operator moves units between live members."""
+
+    model_config = ConfigDict(
+        json_schema_extra=validations(
+            cel(
+                "!has(self.servingLease) || !has(self.handoffTimeout) "
+                "|| !self.servingLease.matches(r'%s') || !self.handoffTimeout.matches(r'%s') "
+                "|| duration(self.servingLease).getMilliseconds() * 2 "
+                "<= duration(self.handoffTimeout).getMilliseconds()" % (GO_DURATION_RE, GO_DURATION_RE),
+                "servingLease must be at most half of handoffTimeout: a cut-off worker must stop "
+                "serving well before its units may be given to another pod (docs/handoff.md)",
+            )
+        )
+    )
 
     interval: Duration = Field(
         "10s",
@@ -264,6 +290,30 @@ class RebalancePolicy(ApiModel):
         "is reassigned anyway (Akka's handoff-timeout).",
         json_schema_extra=min_duration("rebalance.handoffTimeout", "1s"),
     )
+    when_cut_off: WhenCutOff = Field(
+        WhenCutOff.STOP_SERVING,
+        description="What a worker that cannot confirm its view of the assignment (API server "
+        "unreachable, its watch silent, its process paused) does once servingLease has passed: "
+        "StopServing (the default: it serves nothing until it confirms again, so no unit is "
+        "ever served by two pods, at the price of serving nothing during an API outage longer "
+        "than the lease) or KeepServing (it goes on serving what it had; a pod cut off past "
+        "handoffTimeout may then serve a unit beside its new owner, which only fenced storage "
+        "writes, docs/fencing.md, make harmless).",
+    )
+    serving_lease: Duration | None = Field(
+        None,
+        description="How long a worker serves after its last confirmation of the assignment "
+        "(StopServing). Default: handoffTimeout / 3; at most handoffTimeout / 2.",
+        json_schema_extra=min_duration("rebalance.servingLease", "1s"),
+    )
+
+    def serving_lease_seconds(self) -> float | None:
+        """The lease workers are held to (None: KeepServing, no lease)."""
+        if self.when_cut_off is WhenCutOff.KEEP_SERVING:
+            return None
+        if self.serving_lease is not None:
+            return self.serving_lease.total_seconds()
+        return self.handoff_timeout.total_seconds() / SERVING_LEASE_SHARE
 
     def tolerance(self) -> float:
         """The imbalance tolerance as a fraction (0.1 for Default)."""

@@ -124,12 +124,17 @@ def step(
     handoff_timeout: float,
     *,
     generation: int | None = None,
+    releases_known: Mapping[str, float] | None = None,
 ) -> HandoffDecision:
     """Advance every unit of `published` one move towards `target`; at most one write.
 
     `target`: unit → desired member; a unit missing from it (or aimed at a pod that is gone or
     draining) has no destination and stays where it is. `acks`: pod name → the ack parsed from
     that pod's annotation. `live_members`: every pod of the set present in the API.
+    `releases_known`: releasing unit → when this operator knew its release was published (the
+    write returned, or it read the table back, e.g. on taking over); a release times out only
+    `handoff_timeout` after that and after its `since` (docs/handoff.md, the serving lease's
+    inequality); a releasing unit missing from it does not time out. None: from `since` alone.
     Same inputs on the table this returns → no further write (the controller just loops).
     """
     if not handoff_timeout > 0:
@@ -172,6 +177,7 @@ def step(
             vouched.get(owner) if alive and owner is not None else None,
             published.epoch,
             now,
+            _counted_from(state, unit, now, releases_known),
             handoff_timeout,
             epoch,
         )
@@ -185,7 +191,7 @@ def step(
             changed = True
         if state.releasing is not None:
             waiting.append(unit)
-            deadline = state.releasing.since + handoff_timeout
+            deadline = _counted_from(state, unit, now, releases_known) + handoff_timeout
             wake_at = deadline if wake_at is None else min(wake_at, deadline)
 
     members = tuple(Incarnation(name, live_members[name].uid) for name in sorted(live_members))
@@ -202,12 +208,23 @@ def step(
             members,
             units,
             published.lineage,
+            published.serving_lease,
         )
     events = tuple(
         HandoffEvent(reason, source, dest, tuple(group))
         for (reason, source, dest), group in sorted(grouped.items(), key=_event_key)
     )
     return HandoffDecision(new_table, events, tuple(waiting), wake_at)
+
+
+def _counted_from(
+    state: UnitState, unit: str, now: float, releases_known: Mapping[str, float] | None
+) -> float:
+    """When the unit's release started counting towards the timeout (`now` if none)."""
+    if state.releasing is None:
+        return now
+    since = state.releasing.since
+    return since if releases_known is None else max(since, releases_known.get(unit, now))
 
 
 def _advance(
@@ -218,10 +235,12 @@ def _advance(
     owner_ack: Ack | None,
     published_epoch: int,
     now: float,
+    timed_from: float,
     timeout: float,
     epoch: int,
 ) -> tuple[UnitState, Reason, str | None, str | None] | None:
-    """The next state of one unit, with why; None when it stays as it is."""
+    """The next state of one unit, with why; None when it stays as it is. `timed_from`: when
+    the unit's release (if any) started counting towards `timeout`."""
     owner, release = state.owner, state.releasing
     if owner is None:
         if destination is None:
@@ -239,7 +258,7 @@ def _advance(
         return UnitState(owner, state.epoch), Reason.HANDOFF_CANCELLED, owner, release.to
     if _released(owner_ack, unit, release, published_epoch):
         return UnitState(destination, epoch), Reason.HANDOFF_COMPLETED, owner, destination
-    if now - release.since >= timeout:
+    if now - timed_from >= timeout:
         return UnitState(destination, epoch), Reason.HANDOFF_TIMED_OUT, owner, destination
     if destination != release.to:
         # Keep since and epoch: the owner's release (and any ack of it) does not depend on
@@ -441,6 +460,7 @@ def recover(
             epoch,
             remembered.members,
             remembered.units,
+            serving_lease=remembered.serving_lease,
         )
         what = f"republished the owners of epoch {remembered.epoch} as epoch {epoch}"
         return Recovery(damage, table, fenced=False, message=f"{why}: {what}")
@@ -452,6 +472,7 @@ def recover(
         epoch,
         (),
         {unit: UnitState(None, epoch) for unit in template.units},
+        serving_lease=template.serving_lease,
     )
     what = (
         f"no copy survived: every unit is unowned at epoch {epoch} until the workers have had "

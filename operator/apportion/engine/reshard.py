@@ -120,6 +120,7 @@ def resharded(published: AssignmentTable, lineage: Lineage, generation: int) -> 
         published.members,
         units,
         Lineage(lineage.from_count, lineage.to_count, epoch, lineage.parent_epochs),
+        published.serving_lease,
     )
 
 

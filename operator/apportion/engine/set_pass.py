@@ -14,7 +14,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -100,6 +100,9 @@ class PassInput:
     """The workload's replicas (workloadRef), which the first placement waits for."""
     created: float | None = None
     """When the set was created (Unix seconds): the start of `startup.timeout`."""
+    releases_known: Mapping[str, float] | None = None
+    """Releasing unit → when this operator knew the release was published; a release times
+    out only `handoffTimeout` after it (`apportion.engine.handoff.step`). None: from `since`."""
 
 
 @dataclass(frozen=True)
@@ -420,6 +423,7 @@ def plan_pass(inp: PassInput) -> PassResult:
         now,
         spec.rebalance.handoff_timeout.total_seconds(),
         generation=inp.generation,
+        releases_known=inp.releases_known,
     )
     reshard = None
     if lineage is not None:
@@ -433,6 +437,7 @@ def plan_pass(inp: PassInput) -> PassResult:
             )
             table = resharded(published, lineage, inp.generation)
             decision = HandoffDecision(table, (event,), (), None)
+    decision = _with_serving_lease(decision, published, spec.rebalance.serving_lease_seconds())
     current = imbalance(owners, members, inp.loads)
     summary = None
     if optional:
@@ -670,6 +675,19 @@ _NOT_FAULTS = frozenset({"WaitingForMembers"})
 """Reasons that hold placement back although nothing is wrong: not Degraded."""
 
 
+def _with_serving_lease(
+    decision: HandoffDecision, published: AssignmentTable, lease: float | None
+) -> HandoffDecision:
+    """The decision, with a table carrying the spec's serving lease: a new epoch when only the
+    lease changed (workers take a table only under a newer epoch)."""
+    table = decision.new_table
+    if table is None and published.serving_lease == lease:
+        return decision
+    if table is None:
+        table = replace(published, epoch=published.epoch + 1)
+    return replace(decision, new_table=replace(table, serving_lease=lease))
+
+
 def initial_table(
     set_ref: ResourceRef, spec: UnitSetSpec, generation: int, epoch: int = 0
 ) -> AssignmentTable:
@@ -678,11 +696,7 @@ def initial_table(
     table = AssignmentTable.initial(
         set_ref, generation=generation, key_scheme=spec.key_scheme.value, count=spec.units
     )
-    if epoch:
-        table = AssignmentTable(
-            set_ref, generation, table.key_scheme, table.count, epoch, (), table.units
-        )
-    return table
+    return replace(table, epoch=epoch, serving_lease=spec.rebalance.serving_lease_seconds())
 
 
 __all__ = [

@@ -165,6 +165,10 @@ class SetLoop:
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
         self.timed_out = _timed_out_from(status)
+        # (unit, release epoch) → when this replica knew the release was published: a release
+        # is timed from then, never from a `since` another replica's clock wrote (the serving
+        # lease's inequality, docs/handoff.md).
+        self.releases_known: dict[tuple[str, int], float] = {}
         self.known_loads: dict[str, float] = {}
         self.loads_missing_since: float | None = None
         self.desired_members: int | None = None
@@ -256,6 +260,7 @@ class SetLoop:
             self.exists = loaded.table is not None
             self.remember(self.published)
             self.record_table()
+            self.note_releases(self.published, time.time())
             self.logger.debug("Continuing from epoch %d", self.published.epoch)
             return
         self.logger.warning("Repairing the assignment: %s", repair.message)
@@ -287,6 +292,22 @@ class SetLoop:
         self.published, self.exists = table, True
         self.remember(table)
         self.record_table()
+        self.note_releases(table, time.time())
+
+    def note_releases(self, table: AssignmentTable, known_at: float) -> None:
+        """The releases of `table`, committed by `known_at` (a write returned, a read came back)."""
+        releasing = {(unit, r.epoch) for unit, r in table.releasing().items()}
+        self.releases_known = {k: v for k, v in self.releases_known.items() if k in releasing}
+        for key in releasing:
+            self.releases_known.setdefault(key, known_at)
+
+    def known_releases(self) -> dict[str, float]:
+        assert self.published is not None
+        return {
+            unit: self.releases_known[(unit, r.epoch)]
+            for unit, r in self.published.releasing().items()
+            if (unit, r.epoch) in self.releases_known
+        }
 
     def record_table(self) -> None:
         assert self.published is not None
@@ -385,6 +406,7 @@ class SetLoop:
                         departed=departed,
                         desired_members=self.desired_members if spec.workload_ref else None,
                         created=_seconds(self.body["metadata"].get("creationTimestamp")),
+                        releases_known=self.known_releases(),
                     )
                 )
             self.count_moves(result)
