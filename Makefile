@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: setup native-deps node-deps java-deps controlplane tools image kafka-jars demo test krew \
+.PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
+	test krew \
 	unit e2e java bench lint crds monitoring dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
@@ -47,10 +48,10 @@ kafka-jars:
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane tools java kafka-jars
+test: controlplane tools java kafka-jars postgres-deps
 	$(BIN)/pytest tests
 
-unit: setup
+unit: setup postgres-deps
 	$(BIN)/pytest tests/unit
 
 e2e: controlplane tools java kafka-jars
@@ -65,7 +66,12 @@ MAVEN_REPO ?= $(HOME)/.m2/repository
 java-deps:
 	sh scripts/java-deps.sh
 
-java: java-deps
+# PostgreSQL's server binaries: the fenced-write tests of both clients (tests/unit/test_fencing.py,
+# clients/java's PostgresFenceTest) start a private server on loopback. A no-op when present.
+postgres-deps:
+	sh scripts/postgres-deps.sh
+
+java: java-deps postgres-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml install
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/pekko/pom.xml verify
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml verify

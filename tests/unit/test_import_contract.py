@@ -5,6 +5,7 @@ statement counts, including those inside functions; imports under `if TYPE_CHECK
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "worker": {"api", "engine", "listwatch"},
     "grains": {"api", "engine", "listwatch", "worker"},
     "kafka": {"api", "engine", "listwatch", "worker"},
+    "fencing": set(),
     "devcluster": set(),
 }
 """`cli` and `__main__` are the entry points: they may start anything, so they are absent."""
@@ -95,6 +97,13 @@ def test_the_engine_imports_no_kubernetes_client() -> None:
         if layer(module) == "engine"
     }
     assert not {m: n for m, n in offending.items() if n}
+
+
+def test_fencing_sits_on_the_standard_library_and_psycopg_alone() -> None:
+    """Any process holding tokens may use it: no Kubernetes client, nothing of apportion."""
+    names = {name.split(".")[0] for name in GRAPH["apportion.fencing"]}
+    assert "psycopg" in names
+    assert names - {"psycopg"} <= sys.stdlib_module_names
 
 
 def test_no_import_cycles() -> None:
