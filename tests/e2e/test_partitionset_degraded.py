@@ -1,11 +1,13 @@
 """What only the operator can judge: a selector that matches no pod, a workload that does not
-exist. The set turns Degraded with a reason and a Warning Event; the last published assignment is
-kept untouched, and placement resumes when members reappear."""
+exist, a release its worker reports failing. The set turns Degraded with a reason and a Warning
+Event; the last published assignment is kept untouched, and placement resumes when members
+reappear (or the release is acknowledged)."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from unitset_support import (
     apply,
@@ -20,6 +22,8 @@ from unitset_support import (
     unit_set,
     workers,
 )
+
+from apportion.api.assignment import Ack, AssignmentTable
 
 
 def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
@@ -127,6 +131,71 @@ def test_workers_that_never_report_load_degrade_after_the_grace_not_before(
     assert obj["status"]["metricsSource"] != "WorkerLoad"
     warnings = [e for e in events(kubectl, namespace, "quiet") if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["MetricsUnavailable"]
+
+
+def test_a_release_its_worker_reports_failing_is_shown_until_it_is_acknowledged(
+    operator, namespace, kubectl, wait_for
+) -> None:
+    """The test plays the owner whose release callback fails: its ack keeps the unit pending and
+    says why (`failing`). The hand-off waits; the set shows it (Warning Event, Degraded,
+    `status.releasesFailing`, through the real CRD schema) until the owner acknowledges."""
+    apply(kubectl, namespace, workers("w", 2, grace=1))  # simulated: they never ack by themselves
+    wait_for(lambda: len(ready_pods(kubectl, namespace, "app=w")) == 2, 60, "2 worker pods")
+    spec = {
+        "partitions": 4,
+        "selector": {"matchLabels": {"app": "w"}},
+        "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
+    }
+    apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
+    wait_for(lambda: is_true(get(kubectl, namespace, "pset", "orders"), "Balanced"), 60, "Balanced")
+    kubectl("scale", "-n", namespace, "statefulset", "w", "--replicas=3")
+
+    def releasing() -> AssignmentTable | None:
+        found = read_table(kubectl, namespace, "PartitionSet", "orders")
+        return found if found is not None and found.releasing() else None
+
+    moving = wait_for(releasing, 60, "a unit released to w-2")
+    [(unit, release)] = moving.releasing().items()
+    owner = moving.units[unit].owner
+    assert release.to == "w-2" and owner is not None
+    uid = get(kubectl, namespace, "pod", owner)["metadata"]["uid"]
+
+    def ack(**fields: Any) -> None:
+        text = Ack(uid, moving.epoch, **fields).to_annotation()
+        patch = {"metadata": {"annotations": {moving.set_ref.ack_annotation: text}}}
+        kubectl("patch", "-n", namespace, "pod", owner, "--type=merge", "-p", json.dumps(patch))
+
+    ack(pending=frozenset({unit}), failing={unit: "OSError: [Errno 28] No space left on device"})
+
+    def failing() -> dict | None:
+        obj = get(kubectl, namespace, "pset", "orders")
+        return obj if obj["status"].get("releasesFailing") == 1 else None
+
+    obj = wait_for(failing, 30, "releasesFailing in the status")
+    assert condition(obj, "Degraded")["reason"] == "ReleaseFailing"
+    message = f"{owner} cannot release 1 unit(s) ({unit}): OSError: [Errno 28] No space left"
+    assert condition(obj, "Degraded")["message"].startswith(message)
+    assert obj["status"]["movesInProgress"] == 1
+    warnings = wait_for(
+        lambda: [e for e in events(kubectl, namespace, "orders") if e["type"] == "Warning"],
+        30,
+        "the ReleaseFailing Event",
+    )
+    assert [e["reason"] for e in warnings] == ["ReleaseFailing"]
+    assert warnings[0]["note"].startswith(message)
+    still = read_table(kubectl, namespace, "PartitionSet", "orders")
+    assert still is not None and still.units[unit].owner == owner  # nothing moved
+
+    ack()  # the retry succeeded: the release is acknowledged
+
+    def handed_over() -> dict | None:
+        obj = get(kubectl, namespace, "pset", "orders")
+        done = obj["status"].get("releasesFailing") == 0 and not is_true(obj, "Degraded")
+        return obj if done and obj["status"].get("movesInProgress") == 0 else None
+
+    wait_for(handed_over, 30, "the hand-off completed and nothing failing")
+    final = read_table(kubectl, namespace, "PartitionSet", "orders")
+    assert final is not None and final.units[unit].owner == "w-2"
 
 
 def _seconds(stamp: str) -> float:

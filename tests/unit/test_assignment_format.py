@@ -312,6 +312,8 @@ def test_the_index_and_the_ack_match_their_schemas() -> None:
     jsonschema.validate(json.loads(root.data[INDEX_KEY]), schema("index"))
     ack = Ack(uid="u", epoch=3, pending=frozenset({"10", "2"}), draining=True)
     jsonschema.validate(json.loads(ack.to_annotation()), schema("ack"))
+    failing = Ack(uid="u", epoch=3, pending=frozenset({"2"}), failing={"2": "OSError: full"})
+    jsonschema.validate(json.loads(failing.to_annotation()), schema("ack"))
 
 
 def test_the_schema_rejects_what_readers_must_reject() -> None:
@@ -341,6 +343,11 @@ def test_ack_round_trip_and_errors() -> None:
     assert json.loads(text)["pending"] == ["9", "10"]
     assert Ack.from_annotation(text) == ack
     assert Ack.from_annotation('{"uid": "u", "epoch": 0}') == Ack("u", 0)
+    assert "failing" not in text  # written only when something fails: older readers see no change
+    failing = Ack("u-1", 12, frozenset({"10", "9"}), failing={"10": "OSError: full", "9": "x"})
+    text = failing.to_annotation()
+    assert list(json.loads(text)["failing"]) == ["9", "10"]
+    assert Ack.from_annotation(text) == failing
     for bad, message in [
         ("nope", "not JSON"),
         ("[]", "JSON object"),
@@ -348,6 +355,8 @@ def test_ack_round_trip_and_errors() -> None:
         ('{"uid": "u", "epoch": -1}', "epoch"),
         ('{"uid": "u", "epoch": 1, "pending": "0"}', "pending"),
         ('{"uid": "u", "epoch": 1, "draining": "yes"}', "draining"),
+        ('{"uid": "u", "epoch": 1, "failing": ["0"]}', "failing"),
+        ('{"uid": "u", "epoch": 1, "failing": {"0": 1}}', "failing"),
     ]:
         with pytest.raises(AssignmentFormatError, match=message):
             Ack.from_annotation(bad)

@@ -154,8 +154,9 @@ def test_names() -> None:
 
 def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
     """Plays the case's steps against WorkerState; callbacks return at once unless the step
-    says `pause`, then they run until a later step completes (or fails) them. What each step
-    did, in the form of the cases' `expect` (conformance/README.md)."""
+    says `pause`, then they run until a later step completes (or fails) them; a failed release
+    runs on (it is retried) until a `retry` finds its unit taken away. What each step did, in
+    the form of the cases' `expect` (conformance/README.md)."""
     me = Incarnation(case["me"]["name"], case["me"]["uid"])
     ref = case["set"]
     state = WorkerState(me, ref["kind"], ref["namespace"], ref["name"])
@@ -181,8 +182,15 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
             for kind in running.pop(unit):
                 finish[kind](unit)
         for unit in step.get("fail", []):
-            assert running.pop(unit) == ["acquire"]
-            finish["fail"](unit)
+            if running[unit] == ["release"]:  # retried by the worker: still running
+                state.release_failed({unit}, "callback failed")
+            else:
+                assert running.pop(unit) == ["acquire"]
+                finish["fail"](unit)
+        for unit in step.get("retry", []):
+            if not state.retry_wanted({unit}):  # taken away: given up, stopped below
+                state.release_abandoned({unit})
+                assert running.pop(unit) == ["release"]
         while (transition := state.next_transition()) is not None:
             did["stop"] += sorted(transition.stop)
             did["release"] += sorted(transition.release)
@@ -231,6 +239,6 @@ def test_the_worker_cases_cover_the_rule() -> None:
     assert len(WORKER_CASES) >= 10
     assert {"stop", "release", "acquire", "reshape", "ack", "drained"} <= seen
     steps = [step for path in WORKER_CASES for step in load(path)["steps"]]
-    assert {"table", "signal", "found", "pause", "complete", "fail"} <= {
+    assert {"table", "signal", "found", "pause", "complete", "fail", "retry"} <= {
         k for s in steps for k in s
     }

@@ -170,6 +170,37 @@ def test_timeout_counts_from_when_the_operator_knew_the_release(
     assert decision.wake_at == 150.0 + TIMEOUT
 
 
+def test_a_failing_release_waits_and_is_reported_until_the_timeout(
+    releasing: AssignmentTable,
+) -> None:
+    ack = make_ack(releasing, A, pending=["1", "0"], failing={"1": "IOError: disk", "0": "x"})
+    assert ack.pending == {"1"} and ack.failing == {"1": "IOError: disk"}  # failing ⊆ pending
+    target, pods = {"0": "a", "1": "b"}, live(A, B, C)
+    decision = step(releasing, target, {"a": ack}, pods, 101.0, TIMEOUT)
+    assert decision.new_table is None and decision.waiting == ("1",)
+    assert decision.failing == {"1": "IOError: disk"}
+    # The ack is trusted as for completions: its own incarnation, about this release, not
+    # newer than the table read, and a failing unit must be pending.
+    for untrusted in (
+        Ack("uid-a-before", 2, frozenset({"1"}), failing={"1": "x"}),
+        Ack("uid-a", 1, frozenset({"1"}), failing={"1": "x"}),
+        Ack("uid-a", 3, frozenset({"1"}), failing={"1": "x"}),
+        Ack("uid-a", 2, frozenset(), failing={"1": "x"}),
+    ):
+        assert step(releasing, target, {"a": untrusted}, pods, 101.0, TIMEOUT).failing == {}
+    # handoffTimeout decides as for a silent owner.
+    late = step(releasing, target, {"a": ack}, pods, 100.0 + TIMEOUT, TIMEOUT)
+    assert reasons(late) == [(Reason.HANDOFF_TIMED_OUT, "a", "b", ("1",))]
+    assert late.failing == {} and late.waiting == ()
+
+
+def test_acks_without_failing_report_nothing(releasing: AssignmentTable) -> None:
+    ack = make_ack(releasing, A, pending=["1"])
+    assert ack.failing == {}
+    decision = step(releasing, {"0": "a", "1": "b"}, {"a": ack}, live(A, B, C), 101.0, TIMEOUT)
+    assert decision.failing == {}
+
+
 def test_timeout_reassigns_anyway_with_a_warning(releasing: AssignmentTable) -> None:
     target = {"0": "a", "1": "b"}
     early = step(releasing, target, {}, live(A, B, C), 100.0 + TIMEOUT - 0.001, TIMEOUT)

@@ -315,6 +315,7 @@ def test_status_of_a_balanced_set() -> None:
         "Resharding": ("False", "Resharded"),
     }
     assert status["imbalance"] == "1.00" and status["movesInProgress"] == 0
+    assert status["releasesFailing"] == 0
     assert status["members"] == status["readyMembers"] == 4 and status["assignedUnits"] == 32
     assert [r["units"] for r in status["memberUnits"]] == [8, 8, 8, 8]
     assert status["lastRebalanceTime"] == "1970-01-01T00:00:00Z"
@@ -329,6 +330,31 @@ def test_status_while_handing_off() -> None:
     assert conditions["Balanced"] == ("False", "HandoffInProgress")
     assert conditions["Progressing"] == ("True", "HandoffInProgress")
     assert status["movesInProgress"] == 6 and status["imbalance"] == "1.25"
+
+
+def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
+    spec, balanced4
+) -> None:
+    members = workers(5)
+    table = run(spec, balanced4, members).new_table
+    w0 = Incarnation("w-0", "uid-w-0")
+    stuck = sorted(u for u, r in table.releasing().items() if table.units[u].owner == "w-0")
+    ack = make_ack(table, w0, pending=stuck, failing=dict.fromkeys(stuck, "OSError: flush"))
+    members[0] = replace(members[0], ack=ack.to_annotation())
+    result = run(spec, table, members, now=1001.0)
+    assert result.new_table is None and set(result.decision.failing) == set(stuck)
+    (problem,) = result.problems
+    assert problem.reason == "ReleaseFailing"
+    assert problem.message.startswith(f"w-0 cannot release {len(stuck)} unit(s) ({stuck[0]}")
+    assert "OSError: flush" in problem.message and "handoffTimeout" in problem.message
+    status = unit_set_status(StatusInput(table, result, members, 1, "cm", NOW))
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+    assert conditions["Degraded"] == ("True", "ReleaseFailing")
+    assert status["releasesFailing"] == len(stuck) and status["movesInProgress"] == 6
+    # The owner never succeeds: handoffTimeout reassigns, and nothing is reported failing.
+    forced = run(spec, table, members, now=1005.0)
+    assert {e.reason for e in forced.decision.events} == {Reason.HANDOFF_TIMED_OUT}
+    assert forced.problems == () and forced.decision.failing == {}
 
 
 def test_imbalance_by_counts_and_by_load() -> None:

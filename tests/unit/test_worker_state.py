@@ -170,6 +170,59 @@ def test_a_busy_unit_is_not_planned_again_and_a_cancelled_release_is_reacquired(
     assert again is not None and again.acquire == {"0"} and again.tokens == {"0": 1}
 
 
+def test_a_failed_release_stays_pending_says_why_and_is_acked_only_once_it_succeeds() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    s.receive(table(2, {"0": owned("w-0", 1), "1": releasing("w-0", 1, "w-1", 2)}))
+    step = s.next_transition()
+    assert step is not None and step.release == {"1"}
+    s.release_failed(step.release, "OSError: " + "x" * 500)
+    # Held, busy (the worker retries it), never served, pending with its message.
+    assert s.token("1") == 1 and not s.owns("1") and s.next_transition() is None
+    ack = s.ack_due()
+    assert ack is not None and ack.pending == {"1"} and ack.failing["1"].startswith("OSError")
+    assert len(ack.failing["1"]) == 200  # FAILING_MESSAGE_LIMIT
+    s.ack_written(ack)
+    s.release_failed({"1"}, "OSError: another message")
+    assert s.ack_due() is None  # a new message alone is no news: no Pod write per retry
+    assert s.retry_wanted({"1"}) == {"1"} and not s.drained()
+    s.released({"1"})
+    assert s.ack_due() == Ack("uid-0", 2) and s.failing == {}
+
+
+def test_a_failing_release_is_given_up_when_the_unit_is_taken_away() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    s.receive(table(2, {"0": owned("w-0", 1), "1": releasing("w-0", 1, "w-1", 2)}))
+    step = s.next_transition()
+    assert step is not None
+    s.release_failed(step.release, "boom")
+    # Cancelled (given back under the same token): still to be finished, then acquired afresh.
+    s.receive(table(3, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
+    assert s.retry_wanted({"1"}) == {"1"} and not s.owns("1")
+    assert s.ack_due() is None  # nothing releasing any more: nothing to report
+    # handoffTimeout: w-1 owns it under a new token. The retries stop; the unit is stopped.
+    s.receive(table(4, {"0": owned("w-0", 1), "1": owned("w-1", 4)}))
+    assert s.retry_wanted({"1"}) == frozenset()
+    s.release_abandoned({"1"})
+    stop = s.next_transition()
+    assert stop is not None and stop.stop == {"1"} and s.failing == {}
+    s.stopped(stop.stop)
+    assert s.token("1") is None
+
+
+def test_a_failing_release_is_given_up_at_a_change_of_count() -> None:
+    s = state()
+    start(s, table(1, {"0": owned("w-0", 1)}))
+    s.receive(table(2, {"0": releasing("w-0", 1, "w-1", 2)}))
+    step = s.next_transition()
+    assert step is not None
+    s.release_failed(step.release, "boom")
+    resized = AssignmentTable(REF, 1, "netherite", 16, 3, (ME, OTHER), {"0": owned("w-0", 1)})
+    s.receive(resized)  # unit "0" of 16 is not unit "0" of 8: the reshape decides
+    assert s.retry_wanted({"0"}) == frozenset()
+
+
 def test_a_failed_acquire_is_not_served_and_is_retried() -> None:
     s = state()
     s.receive(table(1, {"0": owned("w-0", 1)}))
@@ -292,7 +345,13 @@ def test_fencing_and_acks_hold_over_any_history(
             if not running or not data.draw(st.booleans(), label="finish one"):
                 break
             kind, units = running.pop(data.draw(st.integers(0, len(running) - 1)))
-            (s.released if kind == "release" else s.acquired)(units)
+            if kind == "release" and data.draw(st.booleans(), label="release fails"):
+                s.release_failed(units, "boom")
+                wanted = s.retry_wanted(units)  # the worker tries again what is still its own
+                s.release_abandoned(units - wanted)
+                running.append(("release", wanted))
+            else:
+                (s.released if kind == "release" else s.acquired)(units)
         check_fencing(s)
         view = s.view
         assert view is not None
@@ -300,6 +359,7 @@ def test_fencing_and_acks_hold_over_any_history(
         if ack is not None:
             # An ack never reports a unit released while this process still holds it.
             assert not (releasing_units(view, ME) - ack.pending) & s.held.keys()
+            assert ack.failing.keys() <= ack.pending and ack.failing.keys() <= s.failing.keys()
             assert ack.uid == ME.uid and ack.epoch == view.epoch
             s.ack_written(ack)
 

@@ -182,21 +182,26 @@ class Ack:
     """What a worker writes on its own Pod, annotation `ResourceRef.ack_annotation`.
 
     Reads: "I am pod incarnation `uid`; I have processed table `epoch`; every unit that table
-    marks releasing from me has been released, except `pending`."
+    marks releasing from me has been released, except `pending`." `failing`: pending units whose
+    release callback failed, with why; the worker retries them (optional, for the operator to
+    report; an ack without it says nothing is failing).
     """
 
     uid: str
     epoch: int
     pending: frozenset[str] = frozenset()
     draining: bool = False
+    failing: Mapping[str, str] = field(default_factory=dict)
 
     def to_annotation(self) -> str:
-        doc = {
+        doc: dict[str, Any] = {
             "uid": self.uid,
             "epoch": self.epoch,
             "pending": list(unit_order(self.pending)),
             "draining": self.draining,
         }
+        if self.failing:  # absent when empty: the ack of a worker with nothing failing is unchanged
+            doc["failing"] = {unit: self.failing[unit] for unit in unit_order(self.failing)}
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -213,11 +218,15 @@ class Ack:
         draining = doc.get("draining", False)
         if not isinstance(draining, bool):
             raise AssignmentFormatError("ack annotation: draining must be a boolean")
+        failing = doc.get("failing", {})
+        if not isinstance(failing, dict) or not all(isinstance(m, str) for m in failing.values()):
+            raise AssignmentFormatError("ack annotation: failing must map unit names to messages")
         return cls(
             uid=_string(doc.get("uid"), "ack annotation: uid"),
             epoch=_count(doc.get("epoch"), "ack annotation: epoch"),
             pending=frozenset(pending),
             draining=draining,
+            failing=failing,
         )
 
 

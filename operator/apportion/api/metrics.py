@@ -21,6 +21,7 @@ import re
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Literal
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -32,6 +33,8 @@ MEMORY_USAGE_BYTES = "apportion_memory_usage_bytes"
 MEMORY_AVAILABLE_BYTES = "apportion_memory_available_bytes"
 MEMORY_MAX_AVAILABLE_BYTES = "apportion_memory_max_available_bytes"
 OVERLOADED = "apportion_overloaded"
+RELEASE_FAILURES = "apportion_worker_release_failures_total"
+RELEASES_FAILING = "apportion_worker_releases_failing"
 
 SET_LABEL = "set"
 UNIT_LABEL = "unit"
@@ -40,11 +43,12 @@ GRAIN_TYPE_LABEL = "grain_type"
 
 @dataclass(frozen=True, slots=True)
 class MetricInfo:
-    """One metric family a worker serves: its labels and HELP text (all are gauges)."""
+    """One metric family a worker serves: its labels, HELP text and Prometheus type."""
 
     name: str
     labels: tuple[str, ...]
     help: str
+    type: Literal["gauge", "counter"] = "gauge"
 
 
 METRICS: Mapping[str, MetricInfo] = MappingProxyType(
@@ -81,6 +85,18 @@ METRICS: Mapping[str, MetricInfo] = MappingProxyType(
                 OVERLOADED,
                 (),
                 "1 when the worker declares itself overloaded (no new activations), else 0.",
+            ),
+            MetricInfo(
+                RELEASE_FAILURES,
+                (SET_LABEL,),
+                "Release callbacks of the set that raised since the worker started; each is "
+                "retried, and the release stays unacknowledged until one succeeds.",
+                "counter",
+            ),
+            MetricInfo(
+                RELEASES_FAILING,
+                (SET_LABEL,),
+                "Units of the set whose release callback failed and is being retried now.",
             ),
         )
     }
@@ -139,7 +155,8 @@ def _check_name(name: str) -> None:
 
 def render(samples: Iterable[Sample], *, helps: Mapping[str, str] | None = None) -> str:
     """Prometheus text for `samples`, grouped by family (first appearance first), each family
-    with `# TYPE gauge` and a `# HELP` line (from `helps`, else apportion's own texts)."""
+    with a `# TYPE` line (apportion's own type, else gauge) and a `# HELP` line (from `helps`,
+    else apportion's own texts)."""
     families: dict[str, list[Sample]] = {}
     for sample in samples:
         families.setdefault(sample.name, []).append(sample)
@@ -149,7 +166,7 @@ def render(samples: Iterable[Sample], *, helps: Mapping[str, str] | None = None)
         text = (helps or {}).get(name) or (METRICS[name].help if name in METRICS else None)
         if text:
             lines.append(f"# HELP {name} {_escape_help(text)}")
-        lines.append(f"# TYPE {name} gauge")
+        lines.append(f"# TYPE {name} {METRICS[name].type if name in METRICS else 'gauge'}")
         for sample in members:
             if sample.labels:
                 for label in sample.labels:
@@ -302,6 +319,7 @@ _SCALARS = {
     OVERLOADED: "overloaded",
 }
 _INTEGERS = {CPU_COUNT, MEMORY_USAGE_BYTES, MEMORY_AVAILABLE_BYTES, MEMORY_MAX_AVAILABLE_BYTES}
+_PER_SET = {RELEASE_FAILURES: "release_failures", RELEASES_FAILING: "releases_failing"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,6 +336,10 @@ class WorkerMetrics:
     memory_available_bytes: int | None = None
     memory_max_available_bytes: int | None = None
     overloaded: bool | None = None
+    release_failures: Mapping[str, int] = field(default_factory=dict)
+    """Set name → release callbacks that raised (a counter)."""
+    releases_failing: Mapping[str, int] = field(default_factory=dict)
+    """Set name → units whose release is failing and being retried now."""
 
     def samples(self) -> list[Sample]:
         out = [
@@ -333,6 +355,11 @@ class WorkerMetrics:
             value = getattr(self, attribute)
             if value is not None:
                 out.append(Sample(name, int(value) if isinstance(value, bool) else value))
+        for name, attribute in _PER_SET.items():
+            out += [
+                Sample(name, count, {SET_LABEL: set_name})
+                for set_name, count in getattr(self, attribute).items()
+            ]
         return out
 
     def render(self) -> str:
@@ -346,6 +373,7 @@ class WorkerMetrics:
         unit_loads: dict[str, dict[str, float]] = {}
         activations: dict[str, int] = {}
         scalars: dict[str, float | int | bool] = {}
+        per_set: dict[str, dict[str, int]] = {attribute: {} for attribute in _PER_SET.values()}
         for sample in samples:
             if sample.name == UNIT_LOAD:
                 loads = unit_loads.setdefault(_label(sample, SET_LABEL), {})
@@ -358,6 +386,12 @@ class WorkerMetrics:
                 if grain_type in activations:
                     raise ExpositionError(f"{_describe(sample)} appears twice")
                 activations[grain_type] = round(_finite(sample))
+            elif sample.name in _PER_SET:
+                counts = per_set[_PER_SET[sample.name]]
+                set_name = _label(sample, SET_LABEL)
+                if set_name in counts:
+                    raise ExpositionError(f"{_describe(sample)} appears twice")
+                counts[set_name] = round(_finite(sample))
             elif sample.name in _SCALARS:
                 attribute = _SCALARS[sample.name]
                 if attribute in scalars:
@@ -369,7 +403,7 @@ class WorkerMetrics:
                     scalars[attribute] = round(value)
                 else:
                     scalars[attribute] = value
-        return cls(unit_loads=unit_loads, activations=activations, **scalars)  # type: ignore[arg-type]
+        return cls(unit_loads=unit_loads, activations=activations, **per_set, **scalars)  # type: ignore[arg-type]
 
     @classmethod
     def parse(cls, text: str) -> WorkerMetrics:

@@ -517,6 +517,12 @@ class UnitSetStatus(ApiModel):
     moves_in_progress: int | None = Field(
         None, ge=0, description="Units being handed off between members."
     )
+    releases_failing: int | None = Field(
+        None,
+        ge=0,
+        description="Units being handed off whose owner reports its release callback failing "
+        "(it retries; handoffTimeout reassigns them if it never succeeds).",
+    )
     last_rebalance_time: datetime | None = Field(
         None, description="When units last moved between live members."
     )

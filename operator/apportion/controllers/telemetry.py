@@ -93,6 +93,12 @@ HANDOFF_DURATION = Histogram(
     (*SET_LABELS, "outcome"),
     buckets=_HANDOFF_BUCKETS,
 )
+RELEASES_FAILING = Gauge(
+    "apportion_operator_releases_failing",
+    "Units in hand-off whose owner reports its release callback failing: it retries, and the "
+    "hand-off waits for it until handoffTimeout.",
+    SET_LABELS,
+)
 TABLE_EPOCH = Gauge(
     "apportion_operator_table_epoch", "Epoch of the published assignment table.", SET_LABELS
 )
@@ -158,6 +164,7 @@ _SET_METRICS = (
     HANDOFFS_STARTED,
     HANDOFFS_ENDED,
     HANDOFF_DURATION,
+    RELEASES_FAILING,
     TABLE_EPOCH,
     TABLE_SIZE,
     UNITS,

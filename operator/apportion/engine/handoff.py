@@ -9,9 +9,9 @@ fail over between any two writes. Pure: no I/O, no clock of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from apportion.api.assignment import (
     UNOWNED,
@@ -97,12 +97,15 @@ class HandoffEvent:
 @dataclass(frozen=True)
 class HandoffDecision:
     """`new_table`: publish it (None: the published table stands). `waiting`: units still
-    releasing afterwards; `wake_at`: when the first of them times out, to step again then."""
+    releasing afterwards; `wake_at`: when the first of them times out, to step again then.
+    `failing`: waiting units whose owner's ack says its release callback fails (unit → the
+    owner's message); the owner retries, `handoffTimeout` still decides."""
 
     new_table: AssignmentTable | None
     events: tuple[HandoffEvent, ...]
     waiting: tuple[str, ...]
     wake_at: float | None
+    failing: Mapping[str, str] = field(default_factory=dict)
 
 
 def invert_assignment(assignment: Mapping[str, Iterable[str]]) -> dict[str, str]:
@@ -156,6 +159,7 @@ def step(
     changed = False
     grouped: dict[tuple[Reason, str | None, str | None], list[str]] = {}
     waiting: list[str] = []
+    failing: dict[str, str] = {}
     wake_at: float | None = None
     order = published.unit_names
     if not target.keys() <= units.keys():
@@ -169,12 +173,13 @@ def step(
         if alive and state.releasing is None and (wanted is None or wanted == owner):
             continue  # the common case, kept cheap for 100k-unit tables: nothing to do
         destination = wanted if wanted in live_members and wanted not in draining else None
+        owner_ack = vouched.get(owner) if alive and owner is not None else None
         outcome = _advance(
             state,
             unit,
             destination,
             alive,
-            vouched.get(owner) if alive and owner is not None else None,
+            owner_ack,
             published.epoch,
             now,
             _counted_from(state, unit, now, releases_known),
@@ -193,6 +198,9 @@ def step(
             waiting.append(unit)
             deadline = _counted_from(state, unit, now, releases_known) + handoff_timeout
             wake_at = deadline if wake_at is None else min(wake_at, deadline)
+            why = _failing(owner_ack, unit, state.releasing, published.epoch)
+            if why is not None:
+                failing[unit] = why
 
     members = tuple(Incarnation(name, live_members[name].uid) for name in sorted(live_members))
     new_generation = published.generation if generation is None else generation
@@ -214,7 +222,7 @@ def step(
         HandoffEvent(reason, source, dest, tuple(group))
         for (reason, source, dest), group in sorted(grouped.items(), key=_event_key)
     )
-    return HandoffDecision(new_table, events, tuple(waiting), wake_at)
+    return HandoffDecision(new_table, events, tuple(waiting), wake_at, failing)
 
 
 def _counted_from(
@@ -268,14 +276,23 @@ def _advance(
     return None
 
 
-def _released(ack: Ack | None, unit: str, release: Release, published_epoch: int) -> bool:
-    """The owner's (vouched) ack covers this release: written after the owner saw the release
+def _speaks_for(ack: Ack | None, release: Release, published_epoch: int) -> TypeGuard[Ack]:
+    """The owner's (vouched) ack is about this release: written after the owner saw the release
     (an older ack predates it), not newer than the table we read (else our read is stale)."""
-    return (
-        ack is not None
-        and release.epoch <= ack.epoch <= published_epoch
-        and unit not in ack.pending
-    )
+    return ack is not None and release.epoch <= ack.epoch <= published_epoch
+
+
+def _released(ack: Ack | None, unit: str, release: Release, published_epoch: int) -> bool:
+    """The owner's ack covers this release: about it, and the unit is no longer pending."""
+    return _speaks_for(ack, release, published_epoch) and unit not in ack.pending
+
+
+def _failing(ack: Ack | None, unit: str, release: Release, published_epoch: int) -> str | None:
+    """Why the owner's release callback fails for this unit, when its ack about this release
+    says so (a failing unit is still pending: anything else contradicts itself and is ignored)."""
+    if not _speaks_for(ack, release, published_epoch) or unit not in ack.pending:
+        return None
+    return ack.failing.get(unit)
 
 
 def _event_key(item: tuple[tuple[Reason, str | None, str | None], list[str]]) -> tuple[str, ...]:
@@ -358,15 +375,23 @@ def plan_worker(table: AssignmentTable, me: Incarnation, serving: Mapping[str, i
 
 
 def make_ack(
-    table: AssignmentTable, me: Incarnation, *, pending: Iterable[str] = (), draining: bool = False
+    table: AssignmentTable,
+    me: Incarnation,
+    *,
+    pending: Iterable[str] = (),
+    draining: bool = False,
+    failing: Mapping[str, str] | None = None,
 ) -> Ack:
     """The ack to write after handling `table`: every unit it marks releasing from `me` is
-    released except `pending` (units still finishing)."""
+    released except `pending` (units still finishing); `failing`: those of them whose release
+    callback failed and is being retried, with why."""
+    still = frozenset(pending) & releasing_units(table, me)
     return Ack(
         uid=me.uid,
         epoch=table.epoch,
-        pending=frozenset(pending) & releasing_units(table, me),
+        pending=still,
         draining=draining,
+        failing={unit: why for unit, why in (failing or {}).items() if unit in still},
     )
 
 

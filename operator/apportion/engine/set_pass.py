@@ -23,6 +23,7 @@ from apportion.api.assignment import (
     AssignmentFormatError,
     AssignmentTable,
     ResourceRef,
+    unit_order,
 )
 from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
 from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
@@ -425,6 +426,8 @@ def plan_pass(inp: PassInput) -> PassResult:
         generation=inp.generation,
         releases_known=inp.releases_known,
     )
+    if decision.failing:
+        problems.append(release_failing(published, decision.failing))
     reshard = None
     if lineage is not None:
         reshard = progress(published, lineage)
@@ -456,6 +459,27 @@ def plan_pass(inp: PassInput) -> PassResult:
         imbalance=current,
         resharding=reshard,
     )
+
+
+def release_failing(table: AssignmentTable, failing: Mapping[str, str]) -> Problem:
+    """The units whose owners report their release callbacks failing, per owner with its first
+    unit's message: a fault worth an Event, since no hand-off ends before the retries succeed or
+    handoffTimeout forces it."""
+    by_owner: dict[str, list[str]] = {}
+    for unit in unit_order(failing):
+        by_owner.setdefault(str(table.units[unit].owner), []).append(unit)
+    parts = [
+        f"{owner} cannot release {len(units)} unit(s) ({_sample(units)}): {failing[units[0]]}"
+        for owner, units in sorted(by_owner.items(), key=lambda kv: natural_key(kv[0]))
+    ]
+    return Problem(
+        "ReleaseFailing",
+        "; ".join(parts) + "; retried until the release succeeds or handoffTimeout reassigns",
+    )
+
+
+def _sample(units: Sequence[str], size: int = 8) -> str:
+    return ", ".join(units[:size]) + (", …" if len(units) > size else "")
 
 
 def _round_summary(
@@ -547,6 +571,7 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "assignmentConfigMap": s.config_map,
         "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
         "movesInProgress": releasing,
+        "releasesFailing": 0 if result.decision is None else len(result.decision.failing),
         "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],

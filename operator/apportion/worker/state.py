@@ -5,6 +5,10 @@ needs around it: callbacks take time, so a unit whose callback is still running 
 left out of new plans until the callback returns (a unit is never acquired and released at the
 same time); tables keep arriving meanwhile, and fencing (`owns`) always follows the newest one;
 acknowledgements are written only when they say something the last one did not.
+
+A release whose callback fails is not acknowledged: the unit stays held and busy (pending in
+every ack, listed under `failing` with why) while the worker retries it, until the callback
+succeeds or the view no longer grants the unit to this process (`retry_wanted`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,9 @@ from apportion.engine.reshard import hash_range, reshape
 
 _FOREIGN_TOKEN = -1
 """Token of units held under an earlier incarnation of the set: matches no unit epoch."""
+FAILING_MESSAGE_LIMIT = 200
+"""Characters of a failing release's message kept for the ack (a Pod's annotations share
+256 KiB)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,7 @@ class WorkerState:
 
     `view`: the newest table received; `held`: unit → fencing token for every unit this process
     serves or is finishing (acquired, not yet released or stopped); `busy`: units whose callback
-    is running.
+    is running (or being retried); `failing`: units whose release callback failed → why.
     """
 
     def __init__(self, me: Incarnation, kind: str, namespace: str, name: str) -> None:
@@ -112,6 +119,7 @@ class WorkerState:
         self.held: dict[str, int] = {}
         self.held_count: int | None = None  # the unit count `held` is named in
         self.busy: set[str] = set()
+        self.failing: dict[str, str] = {}
         self.draining = False
         self.written: Ack | None = None
 
@@ -195,12 +203,38 @@ class WorkerState:
         for unit in units:
             self.busy.discard(unit)
             self.held.pop(unit, None)
+            self.failing.pop(unit, None)
+
+    def release_failed(self, units: Iterable[str], why: str) -> None:
+        """on_release raised: the units stay held and busy, unacknowledged, while the worker
+        retries them; the ack lists them as failing with `why`."""
+        message = why[:FAILING_MESSAGE_LIMIT]
+        for unit in units:
+            self.failing[unit] = message
+
+    def retry_wanted(self, units: Iterable[str]) -> frozenset[str]:
+        """Of `units`, whose release failed, those to try again: the view still names this
+        process their owner under the token it holds (releasing, or given back: a release
+        half done is finished before the unit is acquired afresh). The others were taken away
+        (a revoke, `handoffTimeout`) or renamed by a change of count: give them up."""
+        if self.view is None or self.held_count != self.view.count:
+            return frozenset()
+        tried = {unit: self.held[unit] for unit in units if unit in self.held}
+        return frozenset(tried.keys() - plan_worker(self.view, self.me, tried).stop)
+
+    def release_abandoned(self, units: Iterable[str]) -> None:
+        """The worker stopped retrying: the units are no longer busy but still held, so the
+        next transition stops them (on_revoke) or the change of count reshapes them."""
+        for unit in units:
+            self.busy.discard(unit)
+            self.failing.pop(unit, None)
 
     def drop_all(self) -> frozenset[str]:
         """Everything still held, given up (process exit); no acknowledgement covers it."""
         units = frozenset(self.held)
         self.held.clear()
         self.busy.clear()
+        self.failing.clear()
         return units
 
     # -------------------------------------------------------------------------------- fencing
@@ -241,9 +275,14 @@ class WorkerState:
             # `held` is named in the previous count until the reshape: an ack now would call a
             # new unit released whose state is still in its parents here, not handed over.
             return None
-        ack = make_ack(self.view, self.me, pending=self.held, draining=self.draining)
+        ack = make_ack(
+            self.view, self.me, pending=self.held, draining=self.draining, failing=self.failing
+        )
         released = releasing_units(self.view, self.me) - ack.pending
-        if flag_stale or any(not self._covers(written, unit) for unit in released):
+        # A change in which releases fail is news for the operator; a new message alone is not
+        # (that would be a Pod write per retry).
+        failing_changed = ack.failing.keys() != (written.failing.keys() if written else set())
+        if flag_stale or failing_changed or any(not self._covers(written, u) for u in released):
             return ack
         return None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -51,6 +52,11 @@ FIELD_MANAGER: Final = "apportion-worker"
 DEFAULT_GRACE: Final = 30.0
 """Kubernetes' default terminationGracePeriodSeconds."""
 ACQUIRE_RETRY: Final = 1.0
+RELEASE_RETRY: Final = 0.5
+"""First pause before a failed release is tried again; it doubles up to RELEASE_RETRY_MAX."""
+RELEASE_RETRY_MAX: Final = 10.0
+CLOSE_WAIT: Final = 5.0
+"""Seconds close() lets running callbacks finish before it cancels them."""
 ACK_RETRY_MAX: Final = 5.0
 START_TIMEOUT: Final = 30.0
 
@@ -72,10 +78,13 @@ class Worker:
 
     `on_acquire(units, epoch)`: start serving (load state). `on_release(units, epoch)`: the
     operator moves the units away; stop taking work for them, finish or hand over in-flight
-    work, return; the worker acknowledges only then. `on_revoke(units, epoch)`: units taken away
-    without a hand-off (the operator presumed this pod gone, or a hand-off timed out), or still
-    held when the worker closes; drop them at once (default: `on_release`). Each unit's
-    callbacks run one at a time, in order; `owns()` follows the newest table at once.
+    work, return; the worker acknowledges only then. When it raises, the release is not
+    acknowledged: it is called again for the units still to release (0.5 s doubling to 10 s)
+    until it returns or the operator takes them away (`handoffTimeout`: then `on_revoke`).
+    `on_revoke(units, epoch)`: units taken away without a hand-off (the operator presumed this
+    pod gone, or a hand-off timed out), or still held when the worker closes; drop them at once
+    (default: `on_release`). Each unit's callbacks run one at a time, in order; callbacks of
+    other units do not wait for them. `owns()` follows the newest table at once.
     `on_split(parent, children, epoch)`, `on_merge(merged, held, missing, epoch)`: the unit count
     changed (keyScheme apportion, docs/resharding.md); split or join local state in place. Units
     (`UnitRange`) carry their hash range. Without them (or when one raises) the new units are
@@ -147,7 +156,10 @@ class Worker:
         self._drained = asyncio.Event()
         self._schemes: dict[str, KeyScheme] = {}
         self.acks_written = 0
+        self.release_failures = 0
+        """on_release calls that raised (each is retried)."""
         self._written_ack: Ack | None = None
+        self._closing = False
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -218,20 +230,31 @@ class Worker:
         )
 
     async def close(self) -> None:
-        """Stop watching; units still held are revoked (callbacks run); stop serving."""
+        """Stop watching and acknowledging; failing releases stop being retried, callbacks
+        still running after CLOSE_WAIT seconds are cancelled; units still held are revoked
+        (callbacks run), without an ack; stop serving."""
         if self._handle_signals:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+        self._closing = True
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        await asyncio.gather(*self._callbacks, return_exceptions=True)
+        await self._notify()  # releases waiting to be retried give up now
+        if self._callbacks:
+            _, hung = await asyncio.wait(self._callbacks, timeout=CLOSE_WAIT)
+            for task in hung:
+                logger.warning("closing: cancelling the callback task still running")
+                task.cancel()
+            await asyncio.gather(*hung, return_exceptions=True)
         if self._state is not None:
             left = self._state.drop_all()
             if left:
-                await self._call(self.on_revoke or self.on_release, left, self._state.epoch)
+                await self._call(
+                    self.on_revoke or self.on_release, left, self._state.epoch, "dropped anyway"
+                )
         if self._drain is not None and not self._drain.done():
             self._drain.cancel()
         self._drained.set()
@@ -411,11 +434,15 @@ class Worker:
     async def _run(self, t: Transition) -> None:
         state = self.state
         if t.stop:
-            await self._call(self.on_revoke or self.on_release, t.stop, t.epoch)
+            await self._call(self.on_revoke or self.on_release, t.stop, t.epoch, "dropped anyway")
             state.stopped(t.stop)
         if t.resharding is not None:
             await self._reshard(t.resharding, t.epoch)
+        # Each settles on its own: a release being retried must not hold back acquisitions.
         await asyncio.gather(self._release(t), self._acquire(t))
+
+    async def _settled(self) -> None:
+        """Callbacks returned: plan again, write the ack if one is due, wake the waiters."""
         self._wake.set()
         self._ack_wake.set()
         await self._notify()
@@ -439,37 +466,77 @@ class Worker:
                 error,
             )
             old = frozenset(u for parents in change.carried.values() for u in parents)
-            await self._call(self.on_revoke or self.on_release, old, epoch)
+            await self._call(self.on_revoke or self.on_release, old, epoch, "dropped anyway")
             self.state.resharded(units, ok=False)
             return
         self.state.resharded(units)
 
     async def _release(self, t: Transition) -> None:
-        if t.release:
-            await self._call(self.on_release, t.release, t.epoch)
-            for unit in t.release:
-                self._loads.pop(unit, None)
-            self.state.released(t.release)
+        """on_release until it returns, then the units count as released (the ack follows).
+        While it raises, the units stay busy and pending, and are tried again after a pause,
+        as long as the view still names this process their owner and the worker is open."""
+        state, units, delay = self.state, t.release, RELEASE_RETRY
+        while units:
+            failed = await self._call(
+                self.on_release, units, t.epoch, f"not acknowledged; retrying in {delay:g}s"
+            )
+            if failed is None:
+                for unit in units:
+                    self._loads.pop(unit, None)
+                state.released(units)
+                break
+            self.release_failures += 1
+            state.release_failed(units, f"{type(failed).__name__}: {failed}")
+            await self._settled()  # the ack says which releases fail
+            units = await self._retry_after(units, delay)
+            delay = min(delay * 2, RELEASE_RETRY_MAX)
+        await self._settled()
+
+    async def _retry_after(self, units: frozenset[str], delay: float) -> frozenset[str]:
+        """Waits `delay` seconds before failed releases are tried again; units taken away
+        meanwhile (or all, when the worker closes) are given up at once, so that their revoke
+        need not wait. Returns the units to try again."""
+        deadline = asyncio.get_running_loop().time() + delay
+        while True:
+            wanted = frozenset() if self._closing else self.state.retry_wanted(units)
+            if wanted != units:
+                self.state.release_abandoned(units - wanted)
+                await self._settled()
+                units = wanted
+            left = deadline - asyncio.get_running_loop().time()
+            if not units or left <= 0:
+                return units
+            with contextlib.suppress(TimeoutError):
+                await self.wait_for(functools.partial(self._retry_moot, units), left)
+
+    def _retry_moot(self, units: frozenset[str]) -> bool:
+        return self._closing or self.state.retry_wanted(units) != units
 
     async def _acquire(self, t: Transition) -> None:
-        if not t.acquire:
-            return
-        ok = await self._call(self.on_acquire, t.acquire, t.epoch)
-        if not ok:
-            await asyncio.sleep(ACQUIRE_RETRY)
-        self.state.acquired(t.acquire, ok=ok)
+        if t.acquire:
+            failed = await self._call(
+                self.on_acquire, t.acquire, t.epoch, f"trying again in {ACQUIRE_RETRY:g}s"
+            )
+            if failed is not None:
+                await asyncio.sleep(ACQUIRE_RETRY)
+            self.state.acquired(t.acquire, ok=failed is None)
+        await self._settled()
 
     async def _call(
-        self, callback: UnitsCallback | None, units: frozenset[str], epoch: int
-    ) -> bool:
+        self, callback: UnitsCallback | None, units: frozenset[str], epoch: int, then: str
+    ) -> Exception | None:
+        """Runs `callback`; the exception it raised (logged with `then`, what happens next),
+        or None when it returned."""
         if callback is None:
-            return True
+            return None
         try:
             await callback(units, epoch)
-        except Exception:
-            logger.exception("%s(%s, epoch %d) raised", callback.__name__, _show(units), epoch)
-            return False
-        return True
+        except Exception as error:
+            logger.exception(
+                "%s(%s, epoch %d) raised; %s", callback.__name__, _show(units), epoch, then
+            )
+            return error
+        return None
 
     async def _ack_loop(self) -> None:
         from lightkube.resources.core_v1 import Pod
@@ -547,8 +614,11 @@ class Worker:
     def metrics(self) -> WorkerMetrics:
         stats = self._stats.read()
         loads = self.unit_loads()
+        failing = len(self._state.failing) if self._state is not None else 0
         return WorkerMetrics(
             unit_loads={self.set_name: loads} if loads else {},
+            release_failures={self.set_name: self.release_failures},
+            releases_failing={self.set_name: failing},
             cpu_percent=stats.cpu_percent,
             cpu_count=stats.cpu_count,
             memory_usage_bytes=stats.memory_usage_bytes,

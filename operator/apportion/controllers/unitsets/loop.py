@@ -646,6 +646,7 @@ class SetLoop:
         telemetry.UNITS_UNOWNED.labels(*labels).set(
             self.published.count - int(status["assignedUnits"])
         )
+        telemetry.RELEASES_FAILING.labels(*labels).set(status["releasesFailing"])
         if result.imbalance is not None:
             telemetry.IMBALANCE.labels(*labels).set(result.imbalance)
         telemetry.REBALANCE_INTERVAL.labels(*labels).set(self.kind_spec_interval())

@@ -4,19 +4,29 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.TreeSet;
 
 /**
  * What a worker writes on its own Pod, annotation {@link AssignmentTable#ackAnnotation()}: "I am
  * pod incarnation {@code uid}; I have processed table {@code epoch}; every unit that table marks
- * releasing from me has been released, except {@code pending}."
+ * releasing from me has been released, except {@code pending}." {@code failing}: pending units
+ * whose release callback failed, with why; the worker retries them (optional on the wire).
  */
-public record Ack(String uid, long epoch, Set<String> pending, boolean draining) {
+public record Ack(
+    String uid, long epoch, Set<String> pending, boolean draining, Map<String, String> failing) {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   public Ack {
     pending = Set.copyOf(pending);
+    failing = Map.copyOf(failing);
+  }
+
+  /** An ack with nothing failing. */
+  public Ack(String uid, long epoch, Set<String> pending, boolean draining) {
+    this(uid, epoch, pending, draining, Map.of());
   }
 
   /** The annotation value: compact JSON, pending in unit order. */
@@ -29,6 +39,12 @@ public record Ack(String uid, long epoch, Set<String> pending, boolean draining)
     ordered.addAll(pending);
     ordered.forEach(units::add);
     doc.put("draining", draining);
+    if (!failing.isEmpty()) { // absent when empty: an ack with nothing failing is unchanged
+      ObjectNode why = doc.putObject("failing");
+      Map<String, String> sorted = new TreeMap<>(Units.ORDER);
+      sorted.putAll(failing);
+      sorted.forEach(why::put);
+    }
     return doc.toString();
   }
 
@@ -59,10 +75,23 @@ public record Ack(String uid, long epoch, Set<String> pending, boolean draining)
     if (!draining.isMissingNode() && !draining.isBoolean()) {
       throw new AssignmentFormatException("ack annotation: draining must be a boolean");
     }
+    Map<String, String> failing = new TreeMap<>();
+    JsonNode why = doc.path("failing");
+    String notMessages = "ack annotation: failing must map unit names to messages";
+    if (!why.isMissingNode() && !why.isObject()) {
+      throw new AssignmentFormatException(notMessages);
+    }
+    for (Map.Entry<String, JsonNode> e : why.properties()) {
+      if (!e.getValue().isTextual()) {
+        throw new AssignmentFormatException(notMessages);
+      }
+      failing.put(e.getKey(), e.getValue().asText());
+    }
     return new Ack(
         Json.string(doc.get("uid"), "ack annotation: uid"),
         Json.count(doc.get("epoch"), "ack annotation: epoch"),
         pending,
-        draining.asBoolean(false));
+        draining.asBoolean(false),
+        failing);
   }
 }

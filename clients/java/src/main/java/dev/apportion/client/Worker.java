@@ -13,9 +13,14 @@ import io.fabric8.kubernetes.client.informers.ResourceEventHandler;
 import io.fabric8.kubernetes.client.informers.SharedIndexInformer;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.TimeUnit;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -33,9 +38,18 @@ import java.util.logging.Logger;
  * //   if (worker.owns(unit)) serve, writing with worker.token(unit) as fencing token
  * }</pre>
  *
- * <p>Threads: the informer's thread decodes tables; one worker thread runs the callbacks, one
- * transition at a time (revocations, then releases, then acquisitions), and writes acks.
- * Fencing ({@link #owns}) follows each table the moment it arrives, before any callback runs.
+ * <p>Threads: the informer's thread decodes tables; one worker thread plans transitions and
+ * writes acks; callbacks run on a pool: each transition on a thread of its own (revocations, then
+ * a split or merge, then acquisitions), its releases on another. Each unit's callbacks run one at
+ * a time, in order (a unit whose callback runs is left out of new transitions); other units'
+ * callbacks do not wait for them, so a release that fails or hangs holds back only its own units
+ * (and a change of unit count, which waits until no callback runs). Fencing ({@link #owns})
+ * follows each table the moment it arrives, before any callback runs.
+ *
+ * <p>A release is acknowledged only once {@code onRelease} returned. When it throws, the units
+ * stay releasing and pending (the ack lists them as {@code failing}, with the exception) and it
+ * is called again for the units still to release, after 0.5 s doubling to 10 s, until it returns
+ * or the operator takes them away ({@code handoffTimeout}: then {@code onRevoke}).
  */
 public final class Worker implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(Worker.class.getName());
@@ -43,6 +57,10 @@ public final class Worker implements AutoCloseable {
   private static final int INCOMPLETE_ATTEMPTS = 5;
   private static final Duration RETRY = Duration.ofMillis(200);
   private static final Duration ACQUIRE_RETRY = Duration.ofSeconds(1);
+  static final Duration RELEASE_RETRY = Duration.ofMillis(500);
+  static final Duration RELEASE_RETRY_MAX = Duration.ofSeconds(10);
+  /** How long close() lets running callbacks finish before it interrupts them. */
+  static final Duration CLOSE_WAIT = Duration.ofSeconds(5);
   private static final Duration DRAIN_MARGIN = Duration.ofSeconds(2);
 
   /** What the application does when units come and go; {@code epoch} is the table's. */
@@ -50,7 +68,8 @@ public final class Worker implements AutoCloseable {
     /** Start serving: load state. Throwing leaves the units unserved until a later table. */
     default void onAcquire(Set<String> units, long epoch) throws Exception {}
 
-    /** Take no new work, finish or hand over what is in flight; the ack follows the return. */
+    /** Take no new work, finish or hand over what is in flight; the ack follows the return.
+     * Throwing: not acknowledged; called again (for the units still to release) after a pause. */
     default void onRelease(Set<String> units, long epoch) throws Exception {}
 
     /** Taken away without a hand-off (or the worker closes): drop at once. Default: onRelease. */
@@ -86,8 +105,11 @@ public final class Worker implements AutoCloseable {
   private final String setKind;
   private final String setName;
   private final Callbacks callbacks;
+  private final Duration releaseRetry;
   private final Object lock = new Object();
+  private final ExecutorService callbackThreads;
   private WorkerState state;
+  private long releaseFailures;
   private Duration grace = Duration.ofSeconds(30);
   private SharedIndexInformer<ConfigMap> informer;
   private Thread loop;
@@ -101,17 +123,19 @@ public final class Worker implements AutoCloseable {
       String namespace,
       String podName,
       Callbacks callbacks) {
-    this(client, false, setKind, setName, namespace, podName, callbacks);
+    this(client, false, setKind, setName, namespace, podName, callbacks, RELEASE_RETRY);
   }
 
-  private Worker(
+  /** As above, with the first pause before a failed release is retried (tests). */
+  Worker(
       KubernetesClient client,
       boolean ownsClient,
       String setKind,
       String setName,
       String namespace,
       String podName,
-      Callbacks callbacks) {
+      Callbacks callbacks,
+      Duration releaseRetry) {
     this.client = client;
     this.ownsClient = ownsClient;
     this.setKind = setKind;
@@ -119,7 +143,15 @@ public final class Worker implements AutoCloseable {
     this.namespace = namespace;
     this.podName = podName;
     this.callbacks = callbacks;
+    this.releaseRetry = releaseRetry;
     this.rootName = Names.assignmentConfigMap(setKind, setName);
+    this.callbackThreads =
+        Executors.newCachedThreadPool(
+            r -> {
+              Thread t = new Thread(r, "apportion-callback-" + setName);
+              t.setDaemon(true);
+              return t;
+            });
   }
 
   /** A worker for this pod ({@code POD_NAME}, {@code POD_NAMESPACE} from the downward API), with
@@ -131,7 +163,7 @@ public final class Worker implements AutoCloseable {
       throw new IllegalStateException("POD_NAME and POD_NAMESPACE must be set (downward API)");
     }
     KubernetesClient client = new KubernetesClientBuilder().build();
-    return new Worker(client, true, setKind, setName, namespace, pod, callbacks);
+    return new Worker(client, true, setKind, setName, namespace, pod, callbacks, RELEASE_RETRY);
   }
 
   /**
@@ -233,7 +265,7 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** The worker thread: one transition at a time, then the ack it makes due. */
+  /** The worker thread: hands each transition to the pool, writes the acks that become due. */
   private void run() {
     while (!closed) {
       WorkerState.Transition t;
@@ -254,36 +286,117 @@ public final class Worker implements AutoCloseable {
         }
       }
       if (t != null) {
-        transition(t);
+        WorkerState.Transition next = t;
+        if (!execute(() -> transition(next))) {
+          return; // closing: what it would have done is revoked by close()
+        }
       } else {
         writeAck(ack);
       }
     }
   }
 
+  /** Runs {@code work} on the callback pool; false once the worker closes. */
+  private boolean execute(Runnable work) {
+    try {
+      callbackThreads.execute(work);
+      return true;
+    } catch (RejectedExecutionException e) {
+      return false;
+    }
+  }
+
+  /** A change of state after a callback: the worker thread plans again and writes the ack. */
+  private void settle(Runnable change) {
+    synchronized (lock) {
+      change.run();
+      lock.notifyAll();
+    }
+  }
+
   private void transition(WorkerState.Transition t) {
     if (!t.stop().isEmpty()) {
-      call("onRevoke", () -> callbacks.onRevoke(t.stop(), t.epoch()));
-      synchronized (lock) {
-        state.stopped(t.stop());
-      }
+      call("onRevoke", t.stop(), t.epoch(), "dropped anyway",
+          () -> callbacks.onRevoke(t.stop(), t.epoch()));
+      settle(() -> state.stopped(t.stop()));
     }
     if (t.resharding() != null) {
       reshard(t.resharding(), t.epoch());
     }
+    // On a thread of its own: a release being retried (or hanging) must not hold back
+    // acquisitions. Closing already: the units stay held and close() revokes them.
     if (!t.release().isEmpty()) {
-      call("onRelease", () -> callbacks.onRelease(t.release(), t.epoch()));
-      synchronized (lock) {
-        state.released(t.release());
-      }
+      execute(() -> release(t.release(), t.epoch()));
     }
     if (!t.acquire().isEmpty()) {
-      boolean ok = call("onAcquire", () -> callbacks.onAcquire(t.acquire(), t.epoch()));
+      String then = "trying again in " + ACQUIRE_RETRY.toMillis() + " ms";
+      boolean ok =
+          call("onAcquire", t.acquire(), t.epoch(), then,
+                  () -> callbacks.onAcquire(t.acquire(), t.epoch()))
+              == null;
       if (!ok) {
         sleep(ACQUIRE_RETRY);
       }
+      settle(() -> state.acquired(t.acquire(), ok));
+    }
+  }
+
+  /**
+   * onRelease until it returns, then the units count as released (the ack follows). While it
+   * throws, the units stay busy and pending, and are tried again after a pause, as long as the
+   * view still names this process their owner and the worker is open.
+   */
+  private void release(Set<String> units, long epoch) {
+    Duration delay = releaseRetry;
+    Set<String> left = units;
+    while (!left.isEmpty()) {
+      Set<String> trying = left;
+      String then = "not acknowledged; retrying in " + delay.toMillis() + " ms";
+      Exception failed =
+          call("onRelease", trying, epoch, then, () -> callbacks.onRelease(trying, epoch));
+      if (failed == null) {
+        settle(() -> state.released(trying));
+        return;
+      }
+      if (closed) {
+        return; // interrupted by close(), which revokes what is still held
+      }
       synchronized (lock) {
-        state.acquired(t.acquire(), ok);
+        releaseFailures++;
+        state.releaseFailed(trying, failed.getClass().getSimpleName() + ": " + failed.getMessage());
+        lock.notifyAll(); // the ack says which releases fail
+        left = retryAfter(trying, delay);
+      }
+      Duration doubled = delay.multipliedBy(2);
+      delay = doubled.compareTo(RELEASE_RETRY_MAX) < 0 ? doubled : RELEASE_RETRY_MAX;
+    }
+  }
+
+  /**
+   * Waits {@code delay} (holding the lock, which waiting releases) before failed releases are
+   * tried again; units taken away meanwhile, or all when the worker closes, are given up at once,
+   * so that their revoke need not wait. Returns the units to try again.
+   */
+  private Set<String> retryAfter(Set<String> units, Duration delay) {
+    long deadline = System.nanoTime() + delay.toNanos();
+    while (true) {
+      Set<String> wanted = closed ? Set.of() : state.retryWanted(units);
+      if (!wanted.equals(units)) {
+        Set<String> gone = new HashSet<>(units);
+        gone.removeAll(wanted);
+        state.releaseAbandoned(gone);
+        lock.notifyAll();
+        units = wanted;
+      }
+      long left = deadline - System.nanoTime();
+      if (units.isEmpty() || left <= 0) {
+        return units;
+      }
+      try {
+        lock.wait(Math.max(1, left / 1_000_000));
+      } catch (InterruptedException e) { // close() interrupts what outlives its wait
+        state.releaseAbandoned(units);
+        return Set.of();
       }
     }
   }
@@ -314,24 +427,30 @@ public final class Worker implements AutoCloseable {
       // Acquire afresh: the old units' state goes, the new units come through onAcquire.
       Set<String> old = new java.util.TreeSet<>(Units.ORDER);
       change.carried().values().forEach(old::addAll);
-      call("onRevoke", () -> callbacks.onRevoke(old, epoch));
+      call("onRevoke", old, epoch, "dropped anyway", () -> callbacks.onRevoke(old, epoch));
     }
-    synchronized (lock) {
-      state.resharded(units, ok);
-    }
+    boolean done = ok;
+    settle(() -> state.resharded(units, done));
   }
 
   private interface Call {
     void run() throws Exception;
   }
 
-  private static boolean call(String name, Call call) {
+  /** Runs a callback; the exception it threw (logged with {@code then}, what happens next), or
+   * null when it returned. */
+  private static Exception call(
+      String name, Set<String> units, long epoch, String then, Call call) {
     try {
       call.run();
-      return true;
+      return null;
+    } catch (InterruptedException e) { // close() stops what outlives its wait: not a failure
+      Thread.currentThread().interrupt();
+      LOG.info(name + "(" + units + ", epoch " + epoch + ") interrupted");
+      return e;
     } catch (Exception e) {
-      LOG.log(Level.SEVERE, name + " threw", e);
-      return false;
+      LOG.log(Level.SEVERE, name + "(" + units + ", epoch " + epoch + ") threw; " + then, e);
+      return e;
     }
   }
 
@@ -389,6 +508,22 @@ public final class Worker implements AutoCloseable {
   public Long token(String unit) {
     synchronized (lock) {
       return state == null ? null : state.token(unit);
+    }
+  }
+
+  /** onRelease calls that threw since the start (each is retried): export it as the counter
+   * {@code apportion_worker_release_failures_total} (docs/metrics.md). */
+  public long releaseFailures() {
+    synchronized (lock) {
+      return releaseFailures;
+    }
+  }
+
+  /** Unit → why, for every unit whose release is failing and being retried now: its size is
+   * the gauge {@code apportion_worker_releases_failing}. */
+  public Map<String, String> failingReleases() {
+    synchronized (lock) {
+      return state == null ? Map.of() : state.failing();
     }
   }
 
@@ -459,8 +594,9 @@ public final class Worker implements AutoCloseable {
     close();
   }
 
-  /** Stops following the table; units still held are revoked, without an ack: the pod's
-   * deletion is their fence. */
+  /** Stops following the table and acknowledging; failing releases stop being retried, callbacks
+   * still running after {@link #CLOSE_WAIT} are interrupted; units still held are revoked,
+   * without an ack: the pod's deletion is their fence. */
   @Override
   public void close() {
     if (closed) {
@@ -470,6 +606,9 @@ public final class Worker implements AutoCloseable {
     if (informer != null) {
       informer.close();
     }
+    synchronized (lock) {
+      lock.notifyAll(); // releases waiting to be retried give up now
+    }
     if (loop != null) {
       loop.interrupt();
       try {
@@ -478,6 +617,16 @@ public final class Worker implements AutoCloseable {
         Thread.currentThread().interrupt();
       }
     }
+    callbackThreads.shutdown();
+    try {
+      if (!callbackThreads.awaitTermination(CLOSE_WAIT.toMillis(), TimeUnit.MILLISECONDS)) {
+        LOG.warning(
+            "closing: interrupting callbacks still running after " + CLOSE_WAIT.toSeconds() + " s");
+        callbackThreads.shutdownNow();
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
     Set<String> left;
     long epoch;
     synchronized (lock) {
@@ -485,7 +634,7 @@ public final class Worker implements AutoCloseable {
       epoch = state == null ? 0 : state.epoch();
     }
     if (!left.isEmpty()) {
-      call("onRevoke", () -> callbacks.onRevoke(left, epoch));
+      call("onRevoke", left, epoch, "dropped anyway", () -> callbacks.onRevoke(left, epoch));
     }
     if (ownsClient) {
       client.close();

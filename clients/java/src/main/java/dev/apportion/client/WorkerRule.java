@@ -158,12 +158,19 @@ public final class WorkerRule {
   }
 
   /** The ack to write after handling {@code table}: every unit it marks releasing from {@code
-   * me} is released except {@code pending} (units still finishing). */
+   * me} is released except {@code pending} (units still finishing); {@code failing}: those of
+   * them whose release callback failed and is being retried, with why. */
   public static Ack makeAck(
-      AssignmentTable table, Incarnation me, Set<String> pending, boolean draining) {
+      AssignmentTable table,
+      Incarnation me,
+      Set<String> pending,
+      boolean draining,
+      Map<String, String> failing) {
     Set<String> still = new HashSet<>(pending);
     still.retainAll(releasingUnits(table, me));
-    return new Ack(me.uid(), table.epoch(), still, draining);
+    Map<String, String> why = new HashMap<>(failing);
+    why.keySet().retainAll(still);
+    return new Ack(me.uid(), table.epoch(), still, draining, why);
   }
 
   /** Whether to act on {@code next} after {@code last}: epochs only move forward within one set

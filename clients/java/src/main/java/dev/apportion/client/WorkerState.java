@@ -10,13 +10,21 @@ import java.util.Set;
  * the Java twin of apportion.worker.state.WorkerState.
  *
  * <p>{@code view}: the newest table received; {@code held}: unit → token of every unit this
- * process serves or is finishing; {@code busy}: units whose callback is running, left out of
- * new plans until it returns, so a unit is never acquired and released at once. Fencing ({@link
- * #owns}) always follows the newest table.
+ * process serves or is finishing; {@code busy}: units whose callback is running (or being
+ * retried), left out of new plans until it returns, so a unit is never acquired and released at
+ * once; {@code failing}: units whose release callback failed → why. Fencing ({@link #owns})
+ * always follows the newest table.
+ *
+ * <p>A release whose callback fails is not acknowledged: the unit stays held and busy (pending
+ * in every ack, listed under {@code failing}) while the worker retries it, until the callback
+ * succeeds or the view no longer grants the unit to this process ({@link #retryWanted}).
  */
 public final class WorkerState {
   /** Token of units held under an earlier incarnation of the set: matches no unit epoch. */
   private static final long FOREIGN_TOKEN = -1;
+  /** Characters of a failing release's message kept for the ack (a Pod's annotations share
+   * 256 KiB). */
+  public static final int FAILING_MESSAGE_LIMIT = 200;
 
   /**
    * Callbacks due now, all under the view of {@code epoch}: run {@code stop} first, then the
@@ -46,6 +54,7 @@ public final class WorkerState {
   /** The unit count {@code held} is named in (null before the first table). */
   private Integer heldCount;
   private final Set<String> busy = new HashSet<>();
+  private final Map<String, String> failing = new HashMap<>();
   private boolean draining;
   private Ack written;
 
@@ -168,7 +177,52 @@ public final class WorkerState {
     for (String unit : units) {
       busy.remove(unit);
       held.remove(unit);
+      failing.remove(unit);
     }
+  }
+
+  /** onRelease threw: the units stay held and busy, unacknowledged, while the worker retries
+   * them; the ack lists them as failing with {@code why}. */
+  public void releaseFailed(Set<String> units, String why) {
+    String message = why.substring(0, Math.min(why.length(), FAILING_MESSAGE_LIMIT));
+    for (String unit : units) {
+      failing.put(unit, message);
+    }
+  }
+
+  /**
+   * Of {@code units}, whose release failed, those to try again: the view still names this process
+   * their owner under the token it holds (releasing, or given back: a release half done is
+   * finished before the unit is acquired afresh). The others were taken away (a revoke,
+   * handoffTimeout) or renamed by a change of count: give them up.
+   */
+  public Set<String> retryWanted(Set<String> units) {
+    if (view == null || heldCount == null || heldCount != view.count()) {
+      return Set.of();
+    }
+    Map<String, Long> tried = new HashMap<>();
+    for (String unit : units) {
+      if (held.containsKey(unit)) {
+        tried.put(unit, held.get(unit));
+      }
+    }
+    Set<String> wanted = new HashSet<>(tried.keySet());
+    wanted.removeAll(WorkerRule.plan(view, me, tried).stop());
+    return wanted;
+  }
+
+  /** The worker stopped retrying: the units are no longer busy but still held, so the next
+   * transition stops them (onRevoke) or the change of count reshapes them. */
+  public void releaseAbandoned(Set<String> units) {
+    for (String unit : units) {
+      busy.remove(unit);
+      failing.remove(unit);
+    }
+  }
+
+  /** Unit → why, for every unit whose release is failing now. */
+  public Map<String, String> failing() {
+    return Map.copyOf(failing);
   }
 
   /** Everything still held, given up (process exit); no acknowledgement covers it. */
@@ -176,6 +230,7 @@ public final class WorkerState {
     Set<String> units = Set.copyOf(held.keySet());
     held.clear();
     busy.clear();
+    failing.clear();
     return units;
   }
 
@@ -231,10 +286,13 @@ public final class WorkerState {
       // unit released whose state is still in its parents here, not handed over.
       return null;
     }
-    Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining);
+    Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining, failing);
     Set<String> released = WorkerRule.releasingUnits(view, me);
     released.removeAll(ack.pending());
-    if (flagStale) {
+    // A change in which releases fail is news for the operator; a new message alone is not
+    // (that would be a Pod write per retry).
+    Set<String> failed = mine == null ? Set.of() : mine.failing().keySet();
+    if (flagStale || !ack.failing().keySet().equals(failed)) {
       return ack;
     }
     for (String unit : released) {

@@ -212,7 +212,8 @@ class ConformanceTest {
   }
 
   /** Plays the case's steps against WorkerState; callbacks return at once unless the step says
-   * {@code pause}, then they run until a later step completes (or fails) them. */
+   * {@code pause}, then they run until a later step completes (or fails) them; a failed release
+   * runs on (it is retried) until a {@code retry} finds its unit taken away. */
   static void workerSequence(Path path) throws AssignmentFormatException {
     JsonNode c = read(path);
     Incarnation me = new Incarnation(c.get("me").get("name").asText(), c.get("me").get("uid").asText());
@@ -243,8 +244,18 @@ class ConformanceTest {
         running.remove(unit.asText()).forEach(kind -> finish.get(kind).accept(unit.asText()));
       }
       for (JsonNode unit : step.path("fail")) {
-        assertEquals(List.of("acquire"), running.remove(unit.asText()));
-        finish.get("fail").accept(unit.asText());
+        if (running.get(unit.asText()).equals(List.of("release"))) { // retried: still running
+          state.releaseFailed(Set.of(unit.asText()), "callback failed");
+        } else {
+          assertEquals(List.of("acquire"), running.remove(unit.asText()));
+          finish.get("fail").accept(unit.asText());
+        }
+      }
+      for (JsonNode unit : step.path("retry")) {
+        if (state.retryWanted(Set.of(unit.asText())).isEmpty()) { // taken away: given up
+          state.releaseAbandoned(Set.of(unit.asText()));
+          assertEquals(List.of("release"), running.remove(unit.asText()));
+        }
       }
       boolean pause = step.path("pause").asBoolean(false);
       TreeSet<String> stop = new TreeSet<>(Units.ORDER);

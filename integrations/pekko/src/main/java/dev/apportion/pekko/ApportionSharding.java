@@ -11,6 +11,7 @@ import java.util.HashSet;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletionStage;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
@@ -46,7 +47,7 @@ import org.apache.pekko.cluster.typed.Cluster;
  * ExternalShardAllocationStrategy}: the desired node of a shard is the pod a release hands it to,
  * else its owner, translated to a cluster address through the member role {@code pod:<name>}.
  * The coordinator moves shards with its own hand-off (a shard is never hosted twice); a release
- * is acknowledged to apportion only once the shard has left this node's region.
+ * is acknowledged to apportion only once this node's region confirmed that the shard left it.
  */
 public final class ApportionSharding<M> implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(ApportionSharding.class.getName());
@@ -251,13 +252,21 @@ public final class ApportionSharding<M> implements AutoCloseable {
   }
 
   private final class Callbacks implements Worker.Callbacks {
-    /** Acknowledged once none of {@code units} is in this node's region: the coordinator moved
-     * them (to the desired location the feed set) or they were never started here. */
+    /** Acknowledged once the local region confirms that none of {@code units} is hosted here:
+     * the coordinator moved them (to the desired location the feed set) or they were never
+     * started here. A region that does not answer is no confirmation: this throws, and the
+     * Worker keeps the release pending, reports it failing and calls this again. */
     @Override
     public void onRelease(Set<String> units, long epoch) throws Exception {
       feed();
       while (true) {
-        Set<String> still = new HashSet<>(localShards());
+        Set<String> still;
+        try {
+          still = new HashSet<>(localShards());
+        } catch (ExecutionException e) {
+          throw new IllegalStateException(
+              "the local region did not say which shards it hosts: " + e.getCause(), e);
+        }
         still.retainAll(units);
         if (still.isEmpty()) {
           LOG.info("shards " + units + " left this node (epoch " + epoch + ")");
