@@ -35,6 +35,8 @@ MEMORY_MAX_AVAILABLE_BYTES = "apportion_memory_max_available_bytes"
 OVERLOADED = "apportion_overloaded"
 RELEASE_FAILURES = "apportion_worker_release_failures_total"
 RELEASES_FAILING = "apportion_worker_releases_failing"
+SERVING = "apportion_worker_serving"
+LEASE_EXPIRIES = "apportion_worker_serving_lease_expiries_total"
 
 SET_LABEL = "set"
 UNIT_LABEL = "unit"
@@ -97,6 +99,18 @@ METRICS: Mapping[str, MetricInfo] = MappingProxyType(
                 RELEASES_FAILING,
                 (SET_LABEL,),
                 "Units of the set whose release callback failed and is being retried now.",
+            ),
+            MetricInfo(
+                SERVING,
+                (SET_LABEL,),
+                "1 while the worker serves the set's units, 0 while its serving lease has run "
+                "out (it could not confirm the assignment; docs/handoff.md).",
+            ),
+            MetricInfo(
+                LEASE_EXPIRIES,
+                (SET_LABEL,),
+                "Times the worker's serving lease for the set ran out since it started.",
+                "counter",
             ),
         )
     }
@@ -319,7 +333,12 @@ _SCALARS = {
     OVERLOADED: "overloaded",
 }
 _INTEGERS = {CPU_COUNT, MEMORY_USAGE_BYTES, MEMORY_AVAILABLE_BYTES, MEMORY_MAX_AVAILABLE_BYTES}
-_PER_SET = {RELEASE_FAILURES: "release_failures", RELEASES_FAILING: "releases_failing"}
+_PER_SET = {
+    RELEASE_FAILURES: "release_failures",
+    RELEASES_FAILING: "releases_failing",
+    SERVING: "serving",
+    LEASE_EXPIRIES: "lease_expiries",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +359,10 @@ class WorkerMetrics:
     """Set name → release callbacks that raised (a counter)."""
     releases_failing: Mapping[str, int] = field(default_factory=dict)
     """Set name → units whose release is failing and being retried now."""
+    serving: Mapping[str, int] = field(default_factory=dict)
+    """Set name → 1 while serving, 0 while the serving lease has run out."""
+    lease_expiries: Mapping[str, int] = field(default_factory=dict)
+    """Set name → times the serving lease ran out (a counter)."""
 
     def samples(self) -> list[Sample]:
         out = [

@@ -36,7 +36,8 @@ _THREAD_DECODE_BYTES = 64 * 1024
 class AssignmentWatch:
     """Calls `on_table` with every table the root ConfigMap `name` holds, in order.
 
-    `synced` is set once the first list has been handled (whether a table exists or not).
+    `synced` is set once the first list has been handled (whether a table exists or not);
+    `confirm()` reads the root again to tell whether the table last handled is still current.
     """
 
     def __init__(
@@ -62,6 +63,8 @@ class AssignmentWatch:
             what=f"ConfigMap {name}",
         )
         self.synced = self._loop.synced
+        self.version: str | None = None
+        """resourceVersion of the root whose table was handled last."""
 
     @property
     def relists(self) -> int:
@@ -83,7 +86,19 @@ class AssignmentWatch:
         elif event in ("ADDED", "MODIFIED"):
             await self._handle(root)
 
-    async def _handle(self, root: Mapping[str, Any]) -> None:
+    async def confirm(self) -> bool:
+        """GET the root (a quorum read): True when it holds the table handled last, or a newer
+        one, which is handled first; False when it is gone or does not decode (the serving
+        lease then runs out: the table in force cannot be confirmed)."""
+        root = await self._get(self.name)
+        if root is None:
+            return False
+        if root.get("metadata", {}).get("resourceVersion") == self.version:
+            return True
+        return await self._handle(root)
+
+    async def _handle(self, root: Mapping[str, Any]) -> bool:
+        """Decode the table `root` holds and hand it on; whether it did."""
         for attempt in range(INCOMPLETE_ATTEMPTS):
             try:
                 table = await self._decode(root)
@@ -93,15 +108,17 @@ class AssignmentWatch:
                 await asyncio.sleep(listwatch.RETRY_MIN * (attempt + 1))
                 fresh = await self._get(self.name)
                 if fresh is None:
-                    return
+                    return False
                 root = fresh
                 continue
             except AssignmentFormatError as error:
                 logger.error("ignoring invalid assignment in ConfigMap %s: %s", self.name, error)
-                return
+                return False
             self.on_table(table)
-            return
+            self.version = root.get("metadata", {}).get("resourceVersion")
+            return True
         logger.warning("assignment %s stayed incomplete; waiting for the next write", self.name)
+        return False
 
     async def _decode(self, root: Mapping[str, Any]) -> AssignmentTable:
         payload = ConfigMapPayload.from_configmap(root, self.name)

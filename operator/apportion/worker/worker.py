@@ -22,12 +22,16 @@ from apportion.api.assignment import (
 )
 from apportion.api.metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.api.unitset import assignment_config_map
+from apportion.engine.handoff import releasing_units
+from apportion.worker.lease import ServingLease
 from apportion.worker.process import ProcessStats
 from apportion.worker.state import Resharding, Transition, UnitRange, WorkerState
 
 if TYPE_CHECKING:
     from aiohttp import web
     from lightkube import AsyncClient
+
+    from apportion.worker.watch import AssignmentWatch
 
     from apportion.engine.keys import KeyScheme
 
@@ -59,6 +63,8 @@ CLOSE_WAIT: Final = 5.0
 """Seconds close() lets running callbacks finish before it cancels them."""
 ACK_RETRY_MAX: Final = 5.0
 START_TIMEOUT: Final = 30.0
+POLICY_POLL: Final = 1.0
+"""How often a worker without a serving lease (KeepServing) looks whether a table set one."""
 
 
 class WorkerError(RuntimeError):
@@ -90,9 +96,18 @@ class Worker:
     (`UnitRange`) carry their hash range. Without them (or when one raises) the new units are
     acquired afresh through `on_acquire`, the old ones revoked first.
 
+    The serving lease (docs/handoff.md, "Cut off or paused"): while the table carries one
+    (`whenCutOff: StopServing`), the worker confirms the table every quarter lease and serves
+    only while the last confirmation is younger than the lease; `owns()`, `my_units()` and
+    `token()` follow it. `on_suspend(units, epoch)`: the lease ran out (API server unreachable,
+    watch dead, process paused); stop in-flight work on `units` now, they are not served until
+    `on_resume(units, epoch)` after a fresh confirmation (nothing is released or revoked for it).
+    `serving_deadline()` tells in advance when serving must end without a new confirmation.
+
     `load(unit) -> float`: the current load of an owned unit for /metrics; or push figures with
     `report_load`. Without either, no per-unit load is reported (the operator counts units).
-    `port`: serve /metrics, /healthz and `routes` (aiohttp route definitions) on `host`
+    `port`: serve /metrics, /healthz, /readyz (503 while not serving) and `routes` (aiohttp
+    route definitions) on `host`
     (default `$POD_IP`, else every address); None: no server (mount `metrics_handler` yourself).
     """
 
@@ -108,6 +123,8 @@ class Worker:
         on_revoke: UnitsCallback | None = None,
         on_split: SplitCallback | None = None,
         on_merge: MergeCallback | None = None,
+        on_suspend: UnitsCallback | None = None,
+        on_resume: UnitsCallback | None = None,
         load: Callable[[str], float] | None = None,
         port: int | None = None,
         host: str | None = None,
@@ -130,6 +147,8 @@ class Worker:
         self.on_revoke = on_revoke
         self.on_split = on_split
         self.on_merge = on_merge
+        self.on_suspend = on_suspend
+        self.on_resume = on_resume
         self.load = load
         self.port = port
         self.host = host or os.environ.get("POD_IP") or "0.0.0.0"
@@ -160,6 +179,11 @@ class Worker:
         """on_release calls that raised (each is retried)."""
         self._written_ack: Ack | None = None
         self._closing = False
+        self._lease = ServingLease(None)
+        self._suspended = False
+        self.lease_expiries = 0
+        """Times the serving lease ran out (the worker stopped serving until re-confirmed)."""
+        self._watch: AssignmentWatch | None = None
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -206,8 +230,9 @@ class Worker:
         if self.port is not None:
             await self._serve_http()
         name = assignment_config_map(self.kind, self.set_name)
-        watch = AssignmentWatch(self._client, self.namespace, name, self._on_table)
+        watch = self._watch = AssignmentWatch(self._client, self.namespace, name, self._on_table)
         self._spawn(watch.run(), "assignment-watch")
+        self._spawn(self._lease_loop(), "serving-lease")
         self._spawn(self._plan_loop(), "plan")
         self._spawn(self._ack_loop(), "ack")
         self._ack_wake.set()  # an earlier process of this pod may have left a draining mark
@@ -332,17 +357,29 @@ class Worker:
 
     def my_units(self) -> frozenset[str]:
         """Units to take new work for now (acquired, not being released, granted by the newest
-        table to this pod incarnation)."""
-        return self.state.my_units()
+        table to this pod incarnation), while the serving lease holds."""
+        return self.state.my_units() if self._lease.valid() else frozenset()
 
     def owns(self, unit: str) -> bool:
-        return self.state.owns(unit)
+        """Whether to serve `unit` now: held under the newest table, within the lease."""
+        return self.state.owns(unit) and self._lease.valid(unit)
 
     def token(self, unit: str) -> int | None:
-        """The fencing token of a unit this process holds (acquiring, serving or releasing it):
-        the epoch at which it was granted. Pass it along with writes to storage that can reject
-        older tokens. None for other units."""
-        return self.state.token(unit)
+        """The fencing token of a unit this process holds (acquiring, serving or releasing it)
+        within the serving lease: the epoch at which it was granted. Pass it along with writes
+        to storage that can reject older tokens (docs/fencing.md). None for other units."""
+        return self.state.token(unit) if self._lease.valid(unit) else None
+
+    @property
+    def serving(self) -> bool:
+        """False while the serving lease has run out (nothing is served until re-confirmed)."""
+        return self._lease.valid()
+
+    def serving_deadline(self, unit: str | None = None) -> float | None:
+        """When serving (`unit`, if given) must end without a new confirmation, on the clock of
+        `apportion.worker.lease.boot_clock`; None: no lease (KeepServing). Bound in-flight work
+        by it, so that it has ended when the lease runs out."""
+        return self._lease.expires_at(unit)
 
     def unit_of(self, key: str) -> str:
         """The unit of `key` under the set's key scheme and unit count (from the table)."""
@@ -416,6 +453,8 @@ class Worker:
             logger.error("ignoring assignment: %s", error)
             return
         if accepted:
+            self._lease.duration = table.serving_lease
+            self._lease.releasing(releasing_units(table, self.state.me))
             self._wake.set()
             self._ack_wake.set()
             self._spawn(self._notify(), "notify")
@@ -538,6 +577,54 @@ class Worker:
             return error
         return None
 
+    async def _lease_loop(self) -> None:
+        """Confirm the table every quarter lease; say so when the lease runs out or holds again."""
+        assert self._watch is not None
+        while True:
+            interval = self._lease.renew_interval()
+            if interval is None:
+                await asyncio.sleep(POLICY_POLL)
+                continue
+            sent = self._lease.clock()
+            try:
+                confirmed = await asyncio.wait_for(self._watch.confirm(), interval)
+            except Exception as error:  # unreachable, slow, refused: the lease runs on
+                logger.debug("confirming the assignment failed: %r", error)
+                confirmed = False
+            if confirmed:
+                self._lease.confirm(sent)
+            await self._lease_changed()
+            deadline = self._lease.expires_at()
+            wake = sent + interval
+            if deadline is not None and deadline > self._lease.clock():
+                wake = min(wake, deadline)
+            await asyncio.sleep(max(0.0, wake - self._lease.clock()))
+
+    async def _lease_changed(self) -> None:
+        if self._lease.confirmed_at is None:
+            return  # never confirmed yet: starting, not cut off
+        valid, epoch = self._lease.valid(), self.state.epoch
+        if not valid and not self._suspended:
+            self._suspended = True
+            self.lease_expiries += 1
+            held = frozenset(self.state.held)
+            logger.warning(
+                "serving lease ran out: the assignment was last confirmed %.1fs ago; serving "
+                "none of %d unit(s) until the API server confirms it again",
+                self._lease.clock() - self._lease.confirmed_at,
+                len(held),
+            )
+            await self._call(self.on_suspend, held, epoch, "serving nothing anyway")
+            await self._notify()
+        elif valid and self._suspended:
+            self._suspended = False
+            units = self.my_units()
+            logger.info(
+                "assignment confirmed again at epoch %d: serving %d unit(s)", epoch, len(units)
+            )
+            await self._call(self.on_resume, units, epoch, "serving them anyway")
+            await self._notify()
+
     async def _ack_loop(self) -> None:
         from lightkube.resources.core_v1 import Pod
         from lightkube.types import PatchType
@@ -619,6 +706,8 @@ class Worker:
             unit_loads={self.set_name: loads} if loads else {},
             release_failures={self.set_name: self.release_failures},
             releases_failing={self.set_name: failing},
+            serving={self.set_name: int(self.serving)},
+            lease_expiries={self.set_name: self.lease_expiries},
             cpu_percent=stats.cpu_percent,
             cpu_count=stats.cpu_count,
             memory_usage_bytes=stats.memory_usage_bytes,
@@ -640,9 +729,15 @@ class Worker:
         async def healthz(request: web.Request) -> web.Response:
             return web.Response(text="ok")
 
+        async def readyz(request: web.Request) -> web.Response:
+            if self.serving:
+                return web.Response(text="serving")
+            return web.Response(status=503, text="not serving: the serving lease ran out")
+
         app = web.Application()
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", healthz)
+        app.router.add_get("/readyz", readyz)
         app.router.add_routes(self._routes)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
