@@ -67,7 +67,13 @@ def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) 
                 },
                 "leastShards": {"absoluteLimit": 5},
             },
-            "rebalance": {"maxMovesPerRound": 50, "imbalanceTolerance": "5%"},
+            "rebalance": {
+                "maxMovesPerRound": 50,
+                "imbalanceTolerance": "5%",
+                "handoffTimeout": "60s",
+                "servingLease": "30s",  # half: the most the CEL rule allows
+                "whenCutOff": "KeepServing",
+            },
             "metrics": {"scrape": {"port": 9100, "path": "/load"}},
             "topologySpread": {"topologyKey": "topology.kubernetes.io/zone"},
         },
@@ -95,6 +101,7 @@ def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) 
         "imbalanceTolerance": "Default",
         "pauseDuringRollout": True,
         "handoffTimeout": "60s",
+        "whenCutOff": "StopServing",
     }
     assert spec["metrics"] == {"podMetrics": True, "smoothing": {"halfLife": "30s"}}
 
@@ -108,6 +115,7 @@ def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) 
         "timeout": "2s",
     }
     assert carts["topologySpread"]["maxSkew"] == 1
+    assert carts["rebalance"]["servingLease"] == "30s"
 
     users = get(dev_cluster, namespace, "graintype/users")["spec"]
     assert users["strategy"]["siloRoleBased"] == {
@@ -197,6 +205,22 @@ INVALID = [
         {"partitions": 4, "selector": SELECTOR, "rebalance": {"handoffTimeout": "soon"}},
         "must be a duration like '10s', '1m30s' or '500ms'",
         id="bad-duration",
+    ),
+    pytest.param(
+        "PartitionSet",
+        {
+            "partitions": 4,
+            "selector": SELECTOR,
+            "rebalance": {"handoffTimeout": "1m", "servingLease": "45s"},
+        },
+        "servingLease must be at most half of handoffTimeout",
+        id="lease-too-long",
+    ),
+    pytest.param(
+        "ShardSet",
+        {"shards": 4, "selector": SELECTOR, "rebalance": {"whenCutOff": "Sometimes"}},
+        'supported values: "StopServing", "KeepServing"',
+        id="bad-when-cut-off",
     ),
     pytest.param(
         "PartitionSet",

@@ -204,7 +204,7 @@ async def test_readyz_tells_whether_the_worker_serves(status: int) -> None:
 
     from apportion.devcluster.net import free_port
 
-    api, record, clock = CutOffApi(FIRST), Record(), Clock()
+    api, clock = CutOffApi(FIRST), Clock()
     port = free_port()
     worker = Worker(
         "PartitionSet",
@@ -223,8 +223,10 @@ async def test_readyz_tells_whether_the_worker_serves(status: int) -> None:
         if status == 503:
             api.reachable.clear()
             clock.jumped += 10 * LEASE
-        async with ClientSession() as session:
-            async with session.get(f"http://127.0.0.1:{port}/readyz") as answer:
-                assert answer.status == status
+        async with (
+            ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/readyz") as answer,
+        ):
+            assert answer.status == status
     finally:
         await worker.close()

@@ -16,10 +16,10 @@ from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from apportion.api.common import (
+    GO_DURATION_RE,
     ApiModel,
     CustomStrategy,
     Decimal,
-    GO_DURATION_RE,
     Duration,
     IntOrPercent,
     LabelKey,
@@ -255,9 +255,10 @@ class RebalancePolicy(ApiModel):
         json_schema_extra=validations(
             cel(
                 "!has(self.servingLease) || !has(self.handoffTimeout) "
-                "|| !self.servingLease.matches(r'%s') || !self.handoffTimeout.matches(r'%s') "
+                f"|| !self.servingLease.matches(r'{GO_DURATION_RE}') "
+                f"|| !self.handoffTimeout.matches(r'{GO_DURATION_RE}') "
                 "|| duration(self.servingLease).getMilliseconds() * 2 "
-                "<= duration(self.handoffTimeout).getMilliseconds()" % (GO_DURATION_RE, GO_DURATION_RE),
+                "<= duration(self.handoffTimeout).getMilliseconds()",
                 "servingLease must be at most half of handoffTimeout: a cut-off worker must stop "
                 "serving well before its units may be given to another pod (docs/handoff.md)",
             )

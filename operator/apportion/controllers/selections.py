@@ -364,7 +364,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                     "watch of %s ended (%s); listing again", self.what, error
                 )
                 self.relists += 1
-                reason = "expired" if gone else "silent" if isinstance(error, WatchSilent) else "error"
+                reason = (
+                    "expired" if gone else "silent" if isinstance(error, WatchSilent) else "error"
+                )
                 telemetry.WATCH_RESTARTS.labels(self.plural, reason).inc()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX)

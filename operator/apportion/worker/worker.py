@@ -31,9 +31,8 @@ if TYPE_CHECKING:
     from aiohttp import web
     from lightkube import AsyncClient
 
-    from apportion.worker.watch import AssignmentWatch
-
     from apportion.engine.keys import KeyScheme
+    from apportion.worker.watch import AssignmentWatch
 
 logger = logging.getLogger("apportion.worker")
 
