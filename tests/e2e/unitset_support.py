@@ -258,7 +258,8 @@ class Ownership:
 # `apportion demo-worker` logs one line per unit: "<unix time> acquire unit=3 epoch=7 token=7
 # pod=w-0 set=PartitionSet/demo count=32" (acquire, release, stop, split or merge).
 _LOG_LINE = re.compile(
-    r"^(?P<time>\d+\.\d+) (?P<action>acquire|release|stop|split|merge) unit=(?P<unit>\S+) "
+    r"^(?P<time>\d+\.\d+) (?P<action>acquire|release|stop|split|merge|suspend|resume) "
+    r"unit=(?P<unit>\S+) "
     r"epoch=(?P<epoch>\d+) token=(?P<token>\S+) .*\bset=(?P<set>\S+)"
 )
 
@@ -290,12 +291,13 @@ def ownership_log(
 
 
 def overlaps(log: list[Ownership]) -> list[str]:
-    """Units that two pods served at the same time: an acquire while another pod still holds
-    the unit (its release/stop comes later)."""
+    """Units that two pods served at the same time: an acquire (or a resume after the serving
+    lease held again) while another pod still holds the unit (its release/stop/suspend comes
+    later)."""
     holder: dict[str, Ownership] = {}
     found = []
     for entry in log:
-        if entry.action == "acquire":
+        if entry.action in ("acquire", "resume"):
             other = holder.get(entry.unit)
             if other is not None and other.pod != entry.pod:
                 found.append(

@@ -584,6 +584,7 @@ class Worker:
             if interval is None:
                 await asyncio.sleep(POLICY_POLL)
                 continue
+            await self._lease_changed()  # a paused process learns first that it ran out
             sent = self._lease.clock()
             try:
                 confirmed = await asyncio.wait_for(self._watch.confirm(), interval)
