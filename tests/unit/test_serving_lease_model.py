@@ -4,7 +4,7 @@ are lost (a partition) or answered late, a worker paused for any time, the opera
 answered late and a failover to a standby with another clock. It drives the code that runs:
 `ServingLease` on the worker's side and `engine.handoff.step` (with `releases_known`, as the
 operator's loop passes it) on the operator's. Property: with the inequality of the docs,
-L·(1+ρ) + S ≤ T·(1−ρ), the worker A has stopped serving unit 0 (S after its lease ran out) before
+L(1+rho) + S <= T(1-rho), the worker A has stopped serving unit 0 (S after its lease ran out) before
 the operator may give it to B."""
 
 from __future__ import annotations

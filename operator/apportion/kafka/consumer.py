@@ -15,6 +15,8 @@ stands.
   nothing: the partition is not this pod's any more, and whatever it handled since the last
   commit is handled again by the next owner (at least once).
 - between hand-offs, offsets are committed every `commit_interval` seconds.
+- while the worker's serving lease has run out (cut off from the API server, paused), no record
+  is handled and no offset committed; it resumes from the positions it had.
 
 Ownership and commits are logged on the `apportion.kafka` logger, one line per partition, in the
 format of the demo worker's ownership lines (docs/worker.md), plus the offsets:
@@ -201,11 +203,21 @@ class PartitionConsumer:
         assert self._consumer is not None
         loop = asyncio.get_running_loop()
         next_commit = loop.time() + self.commit_interval
+        fenced = False
         while True:
             if not self.positions and self._changes.empty():
                 await self._run(await self._changes.get())
             while not self._changes.empty():
                 await self._run(self._changes.get_nowait())
+            if not self.worker.serving:
+                # The serving lease ran out (docs/handoff.md): no record handled, no offset
+                # committed until the worker confirms the table again.
+                fenced = True
+                await asyncio.sleep(POLL_MS / 1000)
+                continue
+            if fenced:
+                fenced = False
+                self._seek_all()  # what was fetched before the lease ran out is read again
             if self.positions:
                 batch = await self._consumer.getmany(timeout_ms=POLL_MS, max_records=MAX_RECORDS)
                 if not await self._handle_batch(batch):
@@ -223,7 +235,7 @@ class PartitionConsumer:
         """Hand the records over in order; False when stopped early for a waiting change."""
         for tp, records in batch.items():
             for record in records:
-                if not self._changes.empty():
+                if not self._changes.empty() or not self._serving(tp.partition):
                     return False
                 if self.positions.get(tp.partition) != record.offset:
                     break  # fetched for a position since replaced by a seek
@@ -258,6 +270,10 @@ class PartitionConsumer:
         else:
             change.done.set_result(None)
 
+    def _serving(self, partition: int) -> bool:
+        """Held and within the serving lease (a releasing partition: within its own deadline)."""
+        return self.worker.token(str(partition)) is not None
+
     async def _assign(self, partitions: set[int]) -> None:
         from aiokafka import TopicPartition
 
@@ -291,7 +307,9 @@ class PartitionConsumer:
 
         assert self._consumer is not None
         due = {
-            p: self.positions[p] for p in partitions if self.positions[p] != self.committed.get(p)
+            p: self.positions[p]
+            for p in partitions
+            if self.positions[p] != self.committed.get(p) and self._serving(p)
         }
         if not due:
             return
