@@ -11,6 +11,7 @@ import re
 import secrets
 import subprocess
 import textwrap
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -20,8 +21,10 @@ from typing import Any
 
 import pytest
 import yaml
+from unitset_support import overlaps, ownership_lines, read_table
 
 from apportion.devcluster import DevCluster, KubectlError
+from apportion.devcluster.realnode.host import GATEWAY
 from apportion.devcluster.realnode.images import IMAGE, for_real_node
 from apportion.devcluster.realnode.node import NODE_NAME
 
@@ -615,3 +618,124 @@ def test_helm_installs_the_operator_on_the_real_node(
     helm("uninstall", "apportion", "-n", SYSTEM, kubeconfig, "--wait")
     gone = cluster.kubectl("get", "statefulset", "-n", SYSTEM, "-o", "name", check=False)
     assert gone.stdout.strip() == ""
+
+
+# Run inside a demo worker container: the HTTP status it gives a key of each partition named on
+# the command line (netherite `k!n` names partition n), as JSON.
+ASK_KEYS = textwrap.dedent(
+    """
+    import json, sys, urllib.error, urllib.request
+    statuses = {}
+    for unit in sys.argv[1:]:
+        try:
+            statuses[unit] = urllib.request.urlopen(f"http://127.0.0.1:8080/key/k!{unit}").status
+        except urllib.error.HTTPError as error:
+            statuses[unit] = error.code
+    print(json.dumps(statuses))
+    """
+)
+
+
+def _pod_netns(pod_ip: str) -> str:
+    """The network namespace (under /run/netns) CNI made for the pod with `pod_ip`."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for name in (line.split()[0] for line in names.splitlines() if line.strip()):
+        addresses = subprocess.run(
+            ["ip", "netns", "exec", name, "ip", "-4", "-o", "addr"], capture_output=True, text=True
+        ).stdout
+        if f" {pod_ip}/" in addresses:
+            return name
+    raise LookupError(f"no network namespace holds {pod_ip}")
+
+
+def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    """The issue's fault injection: pod-0's packets to the API server dropped in its own network
+    namespace (iptables), its units released by a drain: it stops serving when its lease runs
+    out, before handoffTimeout gives them to the others, so no unit is ever served by two pods
+    (judged from the workers' own logs and by asking pod-0 for every key it lost)."""
+    cluster = installed_operator
+    namespace = f"cut-{secrets.token_hex(3)}"
+    docs = [d for d in yaml.safe_load_all(sample("partitionset-demo.yaml")) if d]
+    for doc in docs:
+        if doc["kind"] == "PartitionSet":
+            doc["spec"]["rebalance"]["handoffTimeout"] = "20s"  # serving lease 20/3 s
+    cluster.kubectl("create", "namespace", namespace)
+    rules: list[list[str]] = []
+    netns = ""
+    try:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
+        wait_for(
+            lambda: (
+                _condition(_assignment(cluster, namespace, "partitionset", "demo"), "Balanced")
+                == "True"
+            ),
+            timeout=180,
+            message="never Balanced",
+        )
+        victim = "demo-workers-0"
+        every_unit = sorted(str(u) for u in range(32))
+        served = wait_for(
+            lambda: _serving_every_unit_once(cluster, namespace, "app=demo-workers", every_unit),
+            message="the workers never served every unit once",
+        )
+        held = sorted(served[victim], key=int)
+        assert held
+        pod = json.loads(
+            cluster.kubectl("get", "pod", victim, "-n", namespace, "-o", "json").stdout
+        )
+        netns = _pod_netns(pod["status"]["podIP"])
+        service = cluster.kubectl(
+            "get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
+        ).stdout
+        for address in (service, GATEWAY):
+            rule = ["OUTPUT", "-d", address, "-p", "tcp", "-j", "DROP"]
+            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-I", *rule], check=True)
+            rules.append(rule)
+        cut = time.time()
+        cluster.kubectl("annotate", "pod", victim, "-n", namespace, "apportion.dev/drain=true")
+
+        def moved() -> list[str] | None:
+            now = _table_of(cluster, namespace)
+            gone = [u for u in held if now.get(u) not in (victim, None)]
+            return gone if len(gone) == len(held) else None
+
+        lost = wait_for(moved, timeout=90, message="pod-0's units never moved")
+        asked = cluster.kubectl(
+            "exec", "-n", namespace, victim, "--", "python3", "-c", ASK_KEYS, *lost
+        )
+        assert 200 not in json.loads(asked.stdout).values(), asked.stdout
+        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
+        assert "HandoffTimedOut" in {e["reason"] for e in events["items"]}
+    finally:
+        for rule in rules:
+            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-D", *rule], check=False)
+    try:
+        log = []
+        for i in range(4):
+            name = f"demo-workers-{i}"
+            text = cluster.kubectl("logs", "-n", namespace, name).stdout
+            log += ownership_lines(text, name, "PartitionSet/demo")
+        log.sort(key=lambda o: o.time)
+        assert overlaps(log) == []
+        stopped = [
+            o.time for o in log if o.pod == victim and o.action == "suspend" and o.time > cut
+        ]
+        taken = [
+            o.time for o in log if o.pod != victim and o.action == "acquire" and o.unit in lost
+        ]
+        assert stopped and taken and max(stopped) < min(taken)
+        print(
+            f"\ncut → pod-0 stopped serving: {min(stopped) - cut:.1f}s; "
+            f"cut → first unit taken over: {min(taken) - cut:.1f}s"
+        )
+    finally:
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _table_of(cluster: DevCluster, namespace: str) -> dict[str, str | None]:
+    """unit → owner in the PartitionSet demo's published table."""
+    table = read_table(cluster.kubectl, namespace, "PartitionSet", "demo")
+    assert table is not None
+    return {unit: state.owner for unit, state in table.units.items()}

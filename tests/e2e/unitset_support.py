@@ -272,22 +272,28 @@ def ownership_log(
     lines: list[Ownership] = []
     for pod in pods:
         path = dev_cluster.pod_log_path(namespace, pod)
-        if not os.path.exists(path):
-            continue
-        for line in Path(path).read_text(errors="replace").splitlines():
-            match = _LOG_LINE.search(line)
-            if match and match["set"] == set_name:
-                lines.append(
-                    Ownership(
-                        float(match["time"]),
-                        pod,
-                        match["action"],
-                        match["unit"],
-                        int(match["epoch"]),
-                        int(match["token"]) if match["token"].isdigit() else None,
-                    )
-                )
+        if os.path.exists(path):
+            lines += ownership_lines(Path(path).read_text(errors="replace"), pod, set_name)
     return sorted(lines, key=lambda o: o.time)
+
+
+def ownership_lines(text: str, pod: str, set_name: str) -> list[Ownership]:
+    """The ownership lines of one demo worker's log text (a pod log file, `kubectl logs`)."""
+    found = []
+    for line in text.splitlines():
+        match = _LOG_LINE.search(line)
+        if match and match["set"] == set_name:
+            found.append(
+                Ownership(
+                    float(match["time"]),
+                    pod,
+                    match["action"],
+                    match["unit"],
+                    int(match["epoch"]),
+                    int(match["token"]) if match["token"].isdigit() else None,
+                )
+            )
+    return found
 
 
 def overlaps(log: list[Ownership]) -> list[str]:
