@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from lightkube.resources.core_v1 import ConfigMap, Pod
+from test_worker_watch import Listing
 
 from apportion.api.assignment import (
     Ack,
@@ -47,16 +48,6 @@ def leaving(epoch: int, since: int) -> UnitState:
 
 def theirs(epoch: int) -> UnitState:
     return UnitState(OTHER.name, epoch)
-
-
-class Listing:
-    def __init__(self, items: list[ConfigMap], version: str) -> None:
-        self.items = items
-        self.resourceVersion = version
-
-    async def __aiter__(self) -> AsyncIterator[ConfigMap]:
-        for item in self.items:
-            yield item
 
 
 class FakeApi:
