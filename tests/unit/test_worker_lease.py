@@ -122,7 +122,7 @@ async def test_a_cut_off_worker_stops_serving_and_resumes_after_a_fresh_confirma
         api.reachable.clear()
         await eventually(lambda: not worker.serving)
         assert not worker.owns("0") and worker.my_units() == frozenset()
-        assert worker.token("0") is None  # no token to write with either
+        assert not worker.lease_holds("0") and worker.token("0") == 1  # held, not served
         await eventually(lambda: "suspend" in record.kinds())
         assert record.calls[-1] == ("suspend", frozenset({"0", "1"}))
         assert serving_metric(worker) == (0, 1)
@@ -172,9 +172,10 @@ async def test_a_release_is_finished_only_until_the_lease_before_it_ends() -> No
         deadline = worker.serving_deadline("1")
         assert deadline is not None and before is not None and deadline <= before
         await eventually(lambda: (worker.serving_deadline() or 0) > deadline)  # confirmed on
-        assert worker.serving and worker.owns("0") and worker.token("1") == 1
+        assert worker.serving and worker.owns("0") and worker.lease_holds("1")
         clock.jumped += deadline - clock() + 0.001
-        assert worker.token("1") is None  # its time is up, while unit 0 is still served
+        assert not worker.lease_holds("1")  # its time is up, while unit 0 is still served
+        assert worker.token("1") == 1  # still held: the release has not finished
         assert worker.owns("0")
     finally:
         record.finish.set()

@@ -272,7 +272,8 @@ class PartitionConsumer:
 
     def _serving(self, partition: int) -> bool:
         """Held and within the serving lease (a releasing partition: within its own deadline)."""
-        return self.worker.token(str(partition)) is not None
+        unit = str(partition)
+        return self.worker.token(unit) is not None and self.worker.lease_holds(unit)
 
     async def _assign(self, partitions: set[int]) -> None:
         from aiokafka import TopicPartition

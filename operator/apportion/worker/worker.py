@@ -98,9 +98,10 @@ class Worker:
     The serving lease (docs/handoff.md, "Cut off or paused"): while the table carries one
     (`whenCutOff: StopServing`), the worker confirms the table every quarter lease and serves
     only while the last confirmation is younger than the lease; `owns()`, `my_units()` and
-    `token()` follow it. `on_suspend(units, epoch)`: the lease ran out (API server unreachable,
-    watch dead, process paused); stop in-flight work on `units` now, they are not served until
-    `on_resume(units, epoch)` after a fresh confirmation (nothing is released or revoked for it).
+    `lease_holds()` follow it. `on_suspend(units, epoch)`: the lease ran out (API server
+    unreachable, watch dead, process paused); stop in-flight work on `units` now, they are not
+    served until `on_resume(units, epoch)` after a fresh confirmation (nothing is released or
+    revoked for it).
     `serving_deadline()` tells in advance when serving must end without a new confirmation.
 
     `load(unit) -> float`: the current load of an owned unit for /metrics; or push figures with
@@ -364,10 +365,16 @@ class Worker:
         return self.state.owns(unit) and self._lease.valid(unit)
 
     def token(self, unit: str) -> int | None:
-        """The fencing token of a unit this process holds (acquiring, serving or releasing it)
-        within the serving lease: the epoch at which it was granted. Pass it along with writes
-        to storage that can reject older tokens (docs/fencing.md). None for other units."""
-        return self.state.token(unit) if self._lease.valid(unit) else None
+        """The fencing token of a unit this process holds (acquiring, serving or releasing it):
+        the epoch at which it was granted. Pass it along with writes to storage that can reject
+        older tokens (docs/fencing.md). None for other units. Whether to serve at all is
+        `owns()` (new work) or `lease_holds()` (work on a unit being released)."""
+        return self.state.token(unit)
+
+    def lease_holds(self, unit: str | None = None) -> bool:
+        """Whether the serving lease (of `unit`, if given: a releasing unit's ends earlier)
+        still holds; always True without a lease (KeepServing)."""
+        return self._lease.valid(unit)
 
     @property
     def serving(self) -> bool:
