@@ -70,6 +70,7 @@ def normalized(table: AssignmentTable) -> dict[str, Any]:
             "epoch": lineage.epoch,
             "parentEpochs": list(lineage.parent_epochs),
         },
+        "servingLease": table.serving_lease,
     }
 
 

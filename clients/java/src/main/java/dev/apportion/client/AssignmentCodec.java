@@ -143,7 +143,19 @@ public final class AssignmentCodec {
         Json.string(doc.get("ackAnnotation"), "ackAnnotation"),
         members,
         units,
-        lineage);
+        lineage,
+        seconds(doc.get("servingLease"), "servingLease"));
+  }
+
+  /** A number of seconds, or null when absent (a JSON null too, as the reference reader). */
+  private static Double seconds(JsonNode value, String path) throws AssignmentFormatException {
+    if (value == null || value.isNull()) {
+      return null;
+    }
+    if (!value.isNumber()) {
+      throw new AssignmentFormatException(path + ": expected a number of seconds, got " + value);
+    }
+    return value.asDouble();
   }
 
   private static void mapLayout(JsonNode doc, Map<String, String> owners, Map<String, Long> epochs)

@@ -17,6 +17,9 @@ import java.util.TreeMap;
  *
  * @param units unit → state, in unit order (numbers numerically, then other names)
  * @param lineage null unless the table records a resharding (format version 2)
+ * @param servingLease seconds a worker may serve after sending its last confirmation of the
+ *     table (docs/handoff.md, the serving lease); null: no lease ({@code whenCutOff:
+ *     KeepServing})
  */
 public record AssignmentTable(
     SetRef set,
@@ -27,7 +30,8 @@ public record AssignmentTable(
     String ackAnnotation,
     List<Incarnation> members,
     Map<String, UnitState> units,
-    Lineage lineage) {
+    Lineage lineage,
+    Double servingLease) {
 
   public AssignmentTable {
     members = List.copyOf(members);
@@ -46,8 +50,12 @@ public record AssignmentTable(
       String ackAnnotation,
       List<Incarnation> members,
       Map<String, UnitState> units,
-      Lineage lineage)
+      Lineage lineage,
+      Double servingLease)
       throws AssignmentFormatException {
+    if (servingLease != null && !(servingLease > 0 && servingLease < Double.POSITIVE_INFINITY)) {
+      throw new AssignmentFormatException("servingLease: must be a positive number of seconds");
+    }
     if (lineage != null && (lineage.toCount() != count || lineage.epoch() > epoch)) {
       throw new AssignmentFormatException("lineage: toCount must be count, epoch at most epoch");
     }
@@ -85,7 +93,8 @@ public record AssignmentTable(
       }
     }
     return new AssignmentTable(
-        set, generation, keyScheme, count, epoch, ackAnnotation, members, units, lineage);
+        set, generation, keyScheme, count, epoch, ackAnnotation, members, units, lineage,
+        servingLease);
   }
 
   /** The uid the table records for a member name, or null when it is no member. */

@@ -108,6 +108,11 @@ class ConformanceTest {
       l.put("epoch", lineage.epoch());
       lineage.parentEpochs().forEach(l.putArray("parentEpochs")::add);
     }
+    if (table.servingLease() == null) {
+      doc.putNull("servingLease");
+    } else {
+      doc.put("servingLease", table.servingLease());
+    }
     return doc;
   }
 
