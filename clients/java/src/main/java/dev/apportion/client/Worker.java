@@ -7,6 +7,9 @@ import io.fabric8.kubernetes.api.model.Pod;
 import io.fabric8.kubernetes.client.KubernetesClient;
 import io.fabric8.kubernetes.client.KubernetesClientBuilder;
 import io.fabric8.kubernetes.client.KubernetesClientException;
+import io.fabric8.kubernetes.client.NamespacedKubernetesClient;
+import io.fabric8.kubernetes.client.RequestConfig;
+import io.fabric8.kubernetes.client.RequestConfigBuilder;
 import io.fabric8.kubernetes.client.dsl.base.PatchContext;
 import io.fabric8.kubernetes.client.dsl.base.PatchType;
 import io.fabric8.kubernetes.client.informers.ResourceEventHandler;
@@ -16,11 +19,13 @@ import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.function.DoubleSupplier;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 
@@ -50,6 +55,15 @@ import java.util.logging.Logger;
  * stay releasing and pending (the ack lists them as {@code failing}, with the exception) and it
  * is called again for the units still to release, after 0.5 s doubling to 10 s, until it returns
  * or the operator takes them away ({@code handoffTimeout}: then {@code onRevoke}).
+ *
+ * <p>The serving lease (docs/handoff.md, "Cut off or paused"): while the table carries one
+ * ({@code whenCutOff: StopServing}), a thread of its own GETs the root ConfigMap every quarter
+ * lease, and the worker serves only while the last request that confirmed the table was sent
+ * less than a lease ago ({@link ServingLease}); {@link #owns}, {@link #myUnits} and {@link
+ * #token} follow it. When it runs out (the API server unreachable, or this process paused)
+ * {@code onSuspend} is called; after a fresh confirmation, {@code onResume}. Nothing is
+ * released, revoked or acknowledged because of it. {@link #servingTimeLeft} tells in advance
+ * how long serving may go on without a new confirmation.
  */
 public final class Worker implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(Worker.class.getName());
@@ -95,6 +109,18 @@ public final class Worker implements AutoCloseable {
         throws Exception {
       throw new UnsupportedOperationException("no merge callback");
     }
+
+    /**
+     * The serving lease ran out (the API server unreachable for longer than it, or this process
+     * paused): {@code units}, every unit held, are served no more until the table is confirmed
+     * again; cancel their in-flight work. Nothing is released. Runs on the lease thread, which
+     * confirms nothing until it returns.
+     */
+    default void onSuspend(Set<String> units, long epoch) throws Exception {}
+
+    /** The table was confirmed again after {@code onSuspend}: {@code units} are what the table,
+     * read again, grants this worker now. Runs on the lease thread. */
+    default void onResume(Set<String> units, long epoch) throws Exception {}
   }
 
   private final KubernetesClient client;
@@ -108,11 +134,17 @@ public final class Worker implements AutoCloseable {
   private final Duration releaseRetry;
   private final Object lock = new Object();
   private final ExecutorService callbackThreads;
+  private final ServingLease lease;
   private WorkerState state;
+  /** resourceVersion of the root whose table was handled last: a confirmation compares it. */
+  private String handledVersion;
+  private boolean suspended;
+  private long leaseExpiries;
   private long releaseFailures;
   private Duration grace = Duration.ofSeconds(30);
   private SharedIndexInformer<ConfigMap> informer;
   private Thread loop;
+  private Thread leaseLoop;
   private volatile boolean closed;
   private boolean fenced;
 
@@ -123,10 +155,12 @@ public final class Worker implements AutoCloseable {
       String namespace,
       String podName,
       Callbacks callbacks) {
-    this(client, false, setKind, setName, namespace, podName, callbacks, RELEASE_RETRY);
+    this(client, false, setKind, setName, namespace, podName, callbacks, RELEASE_RETRY,
+        ServingLease.MONOTONIC);
   }
 
-  /** As above, with the first pause before a failed release is retried (tests). */
+  /** As above, with the first pause before a failed release is retried and the serving lease's
+   * clock (tests). */
   Worker(
       KubernetesClient client,
       boolean ownsClient,
@@ -135,7 +169,8 @@ public final class Worker implements AutoCloseable {
       String namespace,
       String podName,
       Callbacks callbacks,
-      Duration releaseRetry) {
+      Duration releaseRetry,
+      DoubleSupplier clock) {
     this.client = client;
     this.ownsClient = ownsClient;
     this.setKind = setKind;
@@ -144,6 +179,7 @@ public final class Worker implements AutoCloseable {
     this.podName = podName;
     this.callbacks = callbacks;
     this.releaseRetry = releaseRetry;
+    this.lease = new ServingLease(clock);
     this.rootName = Names.assignmentConfigMap(setKind, setName);
     this.callbackThreads =
         Executors.newCachedThreadPool(
@@ -163,12 +199,15 @@ public final class Worker implements AutoCloseable {
       throw new IllegalStateException("POD_NAME and POD_NAMESPACE must be set (downward API)");
     }
     KubernetesClient client = new KubernetesClientBuilder().build();
-    return new Worker(client, true, setKind, setName, namespace, pod, callbacks, RELEASE_RETRY);
+    return new Worker(
+        client, true, setKind, setName, namespace, pod, callbacks, RELEASE_RETRY,
+        ServingLease.MONOTONIC);
   }
 
   /**
    * Reads its own Pod (uid, grace period, an ack left by an earlier process of this pod), reads
-   * the table (a quorum read), then follows it; returns once the first table was handled.
+   * the table (a quorum read, which confirms it for the serving lease), then follows it;
+   * returns once the first table was handled.
    */
   public void start() {
     Pod pod = client.pods().inNamespace(namespace).withName(podName).get();
@@ -192,13 +231,19 @@ public final class Worker implements AutoCloseable {
         }
       }
     }
+    double sent = lease.now();
     ConfigMap root = client.configMaps().inNamespace(namespace).withName(rootName).get();
-    if (root != null) {
-      handle(root);
+    if (root != null && handle(client, root)) {
+      synchronized (lock) {
+        lease.confirm(sent);
+      }
     }
     loop = new Thread(this::run, "apportion-worker-" + setName);
     loop.setDaemon(true);
     loop.start();
+    leaseLoop = new Thread(this::confirmLoop, "apportion-lease-" + setName);
+    leaseLoop.setDaemon(true);
+    leaseLoop.start();
     informer =
         client
             .configMaps()
@@ -208,12 +253,12 @@ public final class Worker implements AutoCloseable {
                 new ResourceEventHandler<>() {
                   @Override
                   public void onAdd(ConfigMap cm) {
-                    handle(cm);
+                    handle(client, cm);
                   }
 
                   @Override
                   public void onUpdate(ConfigMap old, ConfigMap cm) {
-                    handle(cm);
+                    handle(client, cm);
                   }
 
                   @Override
@@ -225,43 +270,170 @@ public final class Worker implements AutoCloseable {
                 });
   }
 
-  /** Decodes a root ConfigMap (fetching its chunks) and hands the table to the state. */
-  private void handle(ConfigMap root) {
+  /**
+   * Decodes a root ConfigMap (fetching its chunks through {@code api}) and hands the table to the
+   * state; whether it did. A root that does not decode (nor stays complete) confirms nothing.
+   */
+  private boolean handle(KubernetesClient api, ConfigMap root) {
     for (int attempt = 0; attempt < INCOMPLETE_ATTEMPTS && root != null; attempt++) {
       try {
         List<ConfigMapPayload> parts = new ArrayList<>();
         ConfigMapPayload payload = payload(root);
         parts.add(payload);
         for (String suffix : AssignmentCodec.chunkSuffixes(payload)) {
-          ConfigMap chunk = client.configMaps().inNamespace(namespace).withName(rootName + suffix).get();
+          ConfigMap chunk = api.configMaps().inNamespace(namespace).withName(rootName + suffix).get();
           if (chunk == null) {
             throw new IncompleteAssignmentException("chunk ConfigMap " + rootName + suffix + " is missing");
           }
           parts.add(payload(chunk));
         }
-        receive(AssignmentCodec.decode(parts));
-        return;
+        return receive(AssignmentCodec.decode(parts), root.getMetadata().getResourceVersion());
       } catch (IncompleteAssignmentException e) {
         // A newer root replaced this one (and its chunks) while we read: read it again.
         LOG.fine("assignment " + rootName + " incomplete (" + e.getMessage() + "); reading it again");
         sleep(RETRY.multipliedBy(attempt + 1));
-        root = client.configMaps().inNamespace(namespace).withName(rootName).get();
+        root = api.configMaps().inNamespace(namespace).withName(rootName).get();
       } catch (AssignmentFormatException e) {
         LOG.severe("ignoring invalid assignment in ConfigMap " + rootName + ": " + e.getMessage());
-        return;
+        return false;
       }
     }
+    return false;
   }
 
   private ConfigMapPayload payload(ConfigMap cm) throws AssignmentFormatException {
     return ConfigMapPayload.of(cm.getMetadata().getName(), rootName, cm.getData(), cm.getBinaryData());
   }
 
-  private void receive(AssignmentTable table) {
+  /** Hands a table, read from the root at {@code version}, to the state; whether it could. */
+  private boolean receive(AssignmentTable table, String version) {
     synchronized (lock) {
-      if (state.receive(table)) {
-        lock.notifyAll();
+      try {
+        if (state.receive(table)) {
+          lease.duration(table.servingLease());
+          // Before the table is confirmed: a release's deadline counts from the confirmation
+          // before it.
+          lease.releasing(WorkerRule.releasingUnits(table, state.me()));
+          lock.notifyAll();
+        }
+      } catch (IllegalArgumentException e) {
+        LOG.severe("ignoring assignment in ConfigMap " + rootName + ": " + e.getMessage());
+        return false;
       }
+      handledVersion = version;
+      return true;
+    }
+  }
+
+  /**
+   * The lease thread: confirms the table every quarter lease, and says so when the lease runs
+   * out or holds again. Without a lease in the table it waits for one: no requests at all.
+   */
+  private void confirmLoop() {
+    while (!closed) {
+      // A paused process learns first that it ran out; a table without a lease resumes it.
+      leaseChanged();
+      double interval;
+      synchronized (lock) {
+        try {
+          while (!closed && !lease.bounded()) {
+            lock.wait(); // receive() notifies when a table sets a lease, close() when closing
+          }
+        } catch (InterruptedException e) {
+          return;
+        }
+        interval = lease.renewInterval();
+      }
+      double sent = lease.now();
+      if (confirm(interval)) {
+        synchronized (lock) {
+          lease.confirm(sent);
+        }
+      }
+      leaseChanged();
+      double wake = sent + interval;
+      double deadline;
+      synchronized (lock) {
+        deadline = lease.expiresAt();
+      }
+      double now = lease.now();
+      if (deadline > now) {
+        wake = Math.min(wake, deadline); // to tell at once when it runs out
+      }
+      try {
+        TimeUnit.NANOSECONDS.sleep((long) Math.ceil(Math.max(0, wake - now) * 1e9));
+      } catch (InterruptedException e) {
+        return; // close()
+      }
+    }
+  }
+
+  /**
+   * GETs the root (a quorum read) within {@code interval} seconds, without retries: whether it
+   * holds the table handled last, or a newer one, which is handled first. Gone, undecodable,
+   * refused or unanswered in time: no, and the lease runs on towards its end.
+   */
+  private boolean confirm(double interval) {
+    RequestConfig quick =
+        new RequestConfigBuilder(client.getConfiguration().getRequestConfig())
+            .withRequestTimeout((int) Math.max(1, Math.ceil(interval * 1000)))
+            .withRequestRetryBackoffLimit(0)
+            .build();
+    try {
+      return client
+          .adapt(NamespacedKubernetesClient.class)
+          .withRequestConfig(quick)
+          .call(
+              api -> {
+                ConfigMap root = api.configMaps().inNamespace(namespace).withName(rootName).get();
+                if (root == null) {
+                  return false;
+                }
+                synchronized (lock) {
+                  if (Objects.equals(root.getMetadata().getResourceVersion(), handledVersion)) {
+                    return true;
+                  }
+                }
+                return handle(api, root);
+              });
+    } catch (RuntimeException e) { // unreachable, slow, refused: the lease runs on
+      LOG.fine("confirming the assignment failed: " + e);
+      return false;
+    }
+  }
+
+  /** Calls onSuspend when the lease has run out, onResume when it holds again; one log line
+   * each. Before the first confirmation the worker is starting, not cut off. */
+  private void leaseChanged() {
+    Set<String> units;
+    long epoch;
+    boolean suspend;
+    synchronized (lock) {
+      if (!lease.everConfirmed() || lease.valid() != suspended) {
+        return;
+      }
+      suspend = !suspended;
+      suspended = suspend;
+      epoch = state.epoch();
+      if (suspend) {
+        leaseExpiries++;
+        units = Set.copyOf(state.held().keySet());
+        LOG.warning(String.format(
+            "serving lease ran out: the assignment was last confirmed %.1fs ago; serving none of"
+                + " %d unit(s) until the API server confirms it again",
+            lease.now() - lease.confirmedAt(), units.size()));
+      } else {
+        units = Set.copyOf(state.myUnits());
+        LOG.info("assignment confirmed again at epoch " + epoch + ": serving " + units.size()
+            + " unit(s)");
+      }
+    }
+    if (suspend) {
+      call("onSuspend", units, epoch, "serving nothing anyway",
+          () -> callbacks.onSuspend(units, epoch));
+    } else {
+      call("onResume", units, epoch, "serving them anyway",
+          () -> callbacks.onResume(units, epoch));
     }
   }
 
@@ -496,18 +668,49 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** Whether to take new work for {@code unit} now (see {@link WorkerState#owns}). */
+  /** Whether to take new work for {@code unit} now (see {@link WorkerState#owns}), within the
+   * serving lease. */
   public boolean owns(String unit) {
     synchronized (lock) {
-      return state != null && state.owns(unit);
+      return state != null && state.owns(unit) && lease.valid(unit);
     }
   }
 
-  /** The fencing token of a unit this process holds, or null: pass it to stores that reject
-   * writes under older tokens. */
+  /** The fencing token of a unit this process holds (acquiring, serving or releasing it) within
+   * the serving lease, or null: pass it to stores that reject writes under older tokens. */
   public Long token(String unit) {
     synchronized (lock) {
-      return state == null ? null : state.token(unit);
+      return state == null || !lease.valid(unit) ? null : state.token(unit);
+    }
+  }
+
+  /** False while the serving lease has run out: nothing is served until it is confirmed again. */
+  public boolean serving() {
+    synchronized (lock) {
+      return lease.valid();
+    }
+  }
+
+  /** Seconds that serving may go on without a new confirmation: 0 once the lease has run out,
+   * infinite without a lease (KeepServing). Bound in-flight work by it. */
+  public double servingTimeLeft() {
+    synchronized (lock) {
+      return lease.remaining();
+    }
+  }
+
+  /** As {@link #servingTimeLeft()}, for {@code unit}: a unit being released may have less. */
+  public double servingTimeLeft(String unit) {
+    synchronized (lock) {
+      return lease.remaining(unit);
+    }
+  }
+
+  /** Times the serving lease ran out since the start: export it as the counter {@code
+   * apportion_worker_serving_lease_expiries_total} (docs/metrics.md). */
+  public long leaseExpiries() {
+    synchronized (lock) {
+      return leaseExpiries;
     }
   }
 
@@ -527,10 +730,10 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** Units this process takes new work for now. */
+  /** Units this process takes new work for now (none while the serving lease has run out). */
   public Set<String> myUnits() {
     synchronized (lock) {
-      return state == null ? Set.of() : Set.copyOf(state.myUnits());
+      return state == null || !lease.valid() ? Set.of() : Set.copyOf(state.myUnits());
     }
   }
 
@@ -609,12 +812,14 @@ public final class Worker implements AutoCloseable {
     synchronized (lock) {
       lock.notifyAll(); // releases waiting to be retried give up now
     }
-    if (loop != null) {
-      loop.interrupt();
-      try {
-        loop.join(Duration.ofSeconds(5).toMillis());
-      } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
+    for (Thread thread : new Thread[] {loop, leaseLoop}) {
+      if (thread != null) {
+        thread.interrupt();
+        try {
+          thread.join(Duration.ofSeconds(5).toMillis());
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
       }
     }
     callbackThreads.shutdown();

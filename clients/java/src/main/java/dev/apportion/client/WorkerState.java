@@ -88,6 +88,11 @@ public final class WorkerState {
     return true;
   }
 
+  /** The pod incarnation this state is of. */
+  public Incarnation me() {
+    return me;
+  }
+
   public AssignmentTable view() {
     return view;
   }

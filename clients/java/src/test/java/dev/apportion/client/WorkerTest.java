@@ -14,7 +14,11 @@ import io.fabric8.kubernetes.client.KubernetesClient;
 import io.fabric8.kubernetes.client.Watch;
 import io.fabric8.kubernetes.client.Watcher;
 import io.fabric8.kubernetes.client.WatcherException;
+import io.fabric8.kubernetes.client.http.HttpClient;
+import io.fabric8.kubernetes.client.http.HttpResponse;
 import io.fabric8.kubernetes.client.server.mock.EnableKubernetesMockClient;
+import io.fabric8.kubernetes.client.server.mock.KubernetesMockServer;
+import io.fabric8.mockwebserver.http.RecordedRequest;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -22,6 +26,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
 import java.util.logging.Level;
 import java.util.logging.Logger;
@@ -30,9 +35,12 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
 /**
- * A release is acknowledged only once onRelease returned: the Worker against fabric8's in-memory
- * API server, with release callbacks that throw, always throw or hang. The Java twin of
- * tests/unit/test_worker_release.py; the real API server runs tests/e2e/test_java_worker.py.
+ * The Worker against fabric8's in-memory API server. A release is acknowledged only once
+ * onRelease returned, with release callbacks that throw, always throw or hang (the Java twin of
+ * tests/unit/test_worker_release.py). The serving lease: a worker cut off from the API server, or
+ * paused, serves nothing until it confirmed the table again, and releases nothing because of it
+ * (the twin of tests/unit/test_worker_lease.py). The real API server runs
+ * tests/e2e/test_java_worker.py.
  */
 @EnableKubernetesMockClient(crud = true)
 class WorkerTest {
@@ -48,13 +56,20 @@ class WorkerTest {
   }
 
   KubernetesClient client;
+  KubernetesMockServer server;
   private String uid;
+  /** The servingLease of the tables published, or none. */
+  private Double lease;
+  /** What the worker's clock adds to the monotonic clock: a paused process sees it jump. */
+  private volatile double jumped;
+  private int rootGets;
+  private boolean published;
   private Worker worker;
   private Watch watch;
   /** Every ack written on the Pod, in order. */
   private final List<Ack> acks = new CopyOnWriteArrayList<>();
 
-  /** Records every call; onRelease throws its first {@code failures} calls (all when negative)
+  /** Records every call (the lease's too); onRelease throws its first {@code failures} calls (all when negative)
    * or, with {@code hang}, waits until interrupted. */
   static final class Recorder implements Worker.Callbacks {
     final List<String> calls = new CopyOnWriteArrayList<>();
@@ -83,6 +98,16 @@ class WorkerTest {
     @Override
     public void onRevoke(Set<String> units, long epoch) {
       calls.add("revoke " + new java.util.TreeSet<>(units));
+    }
+
+    @Override
+    public void onSuspend(Set<String> units, long epoch) {
+      calls.add("suspend " + new java.util.TreeSet<>(units));
+    }
+
+    @Override
+    public void onResume(Set<String> units, long epoch) {
+      calls.add("resume " + new java.util.TreeSet<>(units));
     }
 
     long count(String kind) {
@@ -140,6 +165,9 @@ class WorkerTest {
     doc.putArray("members").add(JSON.createObjectNode().put("name", "w-0").put("uid", uid))
         .add(JSON.createObjectNode().put("name", "w-1").put("uid", "uid-1"));
     doc.put("layout", "map");
+    if (lease != null) {
+      doc.put("servingLease", lease);
+    }
     doc.set("units", JSON.valueToTree(units));
     doc.set("unitEpochs", JSON.valueToTree(tokens));
     ObjectNode moves = doc.putObject("releasing");
@@ -147,15 +175,32 @@ class WorkerTest {
       moves.putObject(unit).put("from", "w-0").put("to", "w-1").put("since", 100.0)
           .put("epoch", since);
     }
-    ConfigMap cm = new ConfigMapBuilder().withNewMetadata().withName(ROOT).withNamespace(NS)
-        .endMetadata().withData(Map.of("assignments.json", doc.toString())).build();
-    client.configMaps().inNamespace(NS).resource(cm).createOr(c -> c.update());
+    if (!published) {
+      ConfigMap cm = new ConfigMapBuilder().withNewMetadata().withName(ROOT).withNamespace(NS)
+          .endMetadata().withData(Map.of("assignments.json", doc.toString())).build();
+      client.configMaps().inNamespace(NS).resource(cm).create();
+      published = true;
+      return;
+    }
+    // A bare merge patch: the client's update and patch GET the root first, which cutOff() holds.
+    ObjectNode patch = JSON.createObjectNode();
+    patch.putObject("data").put("assignments.json", doc.toString());
+    HttpClient http = client.getHttpClient();
+    try {
+      HttpResponse<String> answer = http.sendAsync(http.newHttpRequestBuilder()
+              .uri(client.getMasterUrl() + "api/v1/namespaces/" + NS + "/configmaps/" + ROOT)
+              .patch("application/merge-patch+json", patch.toString()).build(), String.class)
+          .get(10, TimeUnit.SECONDS);
+      assertEquals(2, answer.code() / 100, answer.body()); // the mock answers 202
+    } catch (Exception e) {
+      throw new AssertionError(e);
+    }
   }
 
   private Worker start(Recorder callbacks) {
     publish(1, Map.of("0", "w-0", "1", "w-0"), Map.of("0", 1L, "1", 1L), Set.of(), 0);
     worker = new Worker(client, false, "PartitionSet", "orders", NS, "w-0", callbacks,
-        Duration.ofMillis(10));
+        Duration.ofMillis(10), () -> ServingLease.MONOTONIC.getAsDouble() + jumped);
     worker.start();
     await(() -> worker.myUnits().equals(Set.of("0", "1")));
     return worker;
@@ -232,5 +277,100 @@ class WorkerTest {
     assertTrue(acks.stream().allMatch(a -> a.failing().isEmpty()), acks.toString());
     assertEquals(0, worker.releaseFailures()); // interrupted by close: not a failure
     assertTrue(callbacks.calls.contains("revoke [0, 1, 2]"), callbacks.calls.toString());
+  }
+
+  /** Every GET of the root answers only after a minute, as behind an iptables DROP: the
+   * worker's confirmations time out (the watch, already open, stays quiet). */
+  private void cutOff() {
+    server.expect().get().delay(1, TimeUnit.MINUTES)
+        .withPath("/api/v1/namespaces/" + NS + "/configmaps/" + ROOT)
+        .andReturn(200, client.configMaps().inNamespace(NS).withName(ROOT).get()).always();
+  }
+
+  /** GETs of the root the server has answered or is holding since the last call. */
+  private int rootGets() throws InterruptedException {
+    for (RecordedRequest r; (r = server.takeRequest(1, TimeUnit.MILLISECONDS)) != null; ) {
+      if (r.getMethod().equals("GET") && r.getPath().endsWith("/configmaps/" + ROOT)) {
+        rootGets++;
+      }
+    }
+    int got = rootGets;
+    rootGets = 0;
+    return got;
+  }
+
+  @Test
+  void aCutOffWorkerStopsServingAndResumesAfterAFreshConfirmation() throws Exception {
+    lease = 0.4; // confirmations every 0.1 s
+    Recorder callbacks = new Recorder(0, false);
+    start(callbacks);
+    assertTrue(worker.serving() && worker.owns("0"));
+    assertEquals(1L, worker.token("0"));
+    Thread.sleep(300);
+    assertTrue(rootGets() >= 3, "confirming every quarter lease");
+    int acked = acks.size();
+    cutOff();
+    await(() -> !worker.serving());
+    assertFalse(worker.owns("0"));
+    assertEquals(Set.of(), worker.myUnits());
+    assertEquals(null, worker.token("0")); // no token to write with either
+    assertEquals(0, worker.servingTimeLeft());
+    await(() -> callbacks.calls.contains("suspend [0, 1]"));
+    assertEquals(1, worker.leaseExpiries());
+    server.clearExpectations();
+    await(() -> worker.serving());
+    assertTrue(worker.owns("0") && worker.owns("1"));
+    await(() -> callbacks.calls.contains("resume [0, 1]"));
+    assertEquals(List.of("acquire [0, 1]", "suspend [0, 1]", "resume [0, 1]"), callbacks.calls);
+    assertEquals(acked, acks.size()); // nothing released, revoked or acknowledged for it
+    assertEquals(1, worker.leaseExpiries());
+  }
+
+  @Test
+  void aPausedWorkerServesNothingBeforeItHasConfirmedAgain() {
+    lease = 0.4;
+    start(new Recorder(0, false));
+    cutOff(); // the confirmation after the pause cannot get through yet
+    jumped += 4; // as after a SIGSTOP of ten leases
+    assertFalse(worker.owns("0")); // the very next check refuses, before the lease thread runs
+    assertFalse(worker.serving());
+    // What happened meanwhile: the watch brings it, yet a table that arrives is no confirmation.
+    publish(2, Map.of("0", "w-1", "1", "w-0"), Map.of("0", 2L, "1", 1L), Set.of(), 0);
+    await(() -> worker.table().epoch() == 2);
+    assertFalse(worker.owns("1"));
+    server.clearExpectations();
+    await(() -> worker.serving());
+    assertFalse(worker.owns("0"));
+    assertTrue(worker.owns("1"));
+  }
+
+  @Test
+  void aReleaseIsFinishedOnlyUntilTheLeaseBeforeItEnds() {
+    lease = 0.4;
+    Recorder callbacks = new Recorder(0, true); // the release is in flight until the end
+    start(callbacks);
+    double before = worker.servingTimeLeft();
+    releasing();
+    await(() -> callbacks.count("release") == 1);
+    double left = worker.servingTimeLeft("1");
+    assertTrue(left <= before, left + " > " + before);
+    await(() -> worker.servingTimeLeft() > left + 0.05); // confirmed on, unit 1 not extended
+    assertEquals(1L, worker.token("1"));
+    jumped += worker.servingTimeLeft("1") + 0.001;
+    assertEquals(null, worker.token("1")); // its time is up, while unit 0 is still served
+    assertTrue(worker.owns("0"));
+    callbacks.hang.countDown();
+  }
+
+  @Test
+  void withoutALeaseACutOffWorkerKeepsServingAndConfirmsNothing() throws Exception {
+    start(new Recorder(0, false));
+    cutOff();
+    rootGets();
+    jumped += 1000;
+    Thread.sleep(300);
+    assertTrue(worker.serving() && worker.owns("0"));
+    assertEquals(Double.POSITIVE_INFINITY, worker.servingTimeLeft());
+    assertEquals(0, rootGets()); // KeepServing: no load on the API server
   }
 }
