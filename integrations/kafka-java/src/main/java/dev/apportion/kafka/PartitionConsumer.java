@@ -23,7 +23,10 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
  *   <li>acquire: resume each partition at its committed offset (the beginning when none);
  *   <li>release: stop handing out its records (the one being handled finishes), commit the offset
  *       after the last one handled, then the worker acknowledges;
- *   <li>revoke (taken without a hand-off, or still held at close): stop at once, commit nothing.
+ *   <li>revoke (taken without a hand-off, or still held at close): stop at once, commit nothing;
+ *   <li>serving lease run out (docs/handoff.md): no record handled and no offset committed for
+ *       any partition until the worker has confirmed the table again; the partitions stay
+ *       assigned, paused.
  * </ul>
  *
  * <pre>{@code
@@ -59,7 +62,7 @@ public final class PartitionConsumer implements AutoCloseable {
       Duration commitInterval,
       Listener listener) {
     this.listener = listener;
-    this.loop = new PartitionLoop(kafka, topic, handler, commitInterval, this::onCommit);
+    this.loop = new PartitionLoop(kafka, topic, handler, commitInterval, this::onCommit, new Fence());
     this.worker = Worker.fromEnvironment("PartitionSet", setName, new Callbacks());
   }
 
@@ -180,6 +183,19 @@ public final class PartitionConsumer implements AutoCloseable {
           }
         }
       }
+    }
+  }
+
+  /** Records only for partitions the worker owns now, commits only under a valid token. */
+  private final class Fence implements PartitionLoop.Fence {
+    @Override
+    public boolean mayHandle(int partition) {
+      return worker.owns(Integer.toString(partition));
+    }
+
+    @Override
+    public boolean mayCommit(int partition) {
+      return worker.token(Integer.toString(partition)) != null;
     }
   }
 

@@ -27,6 +27,10 @@ import org.apache.kafka.common.TopicPartition;
  *
  * <p>A release commits the offset after the last record handled and only then completes, so the
  * next owner resumes exactly there; a revoke (no hand-off) stops at once and commits nothing.
+ *
+ * <p>The {@link Fence} is asked before every record and every commit: a partition the worker
+ * may not serve now (its serving lease ran out, or a table took it) is paused, its records
+ * stay unhandled and its offset uncommitted until the fence lets it through again.
  */
 final class PartitionLoop implements AutoCloseable {
   private static final Logger LOG = Logger.getLogger(PartitionLoop.class.getName());
@@ -42,6 +46,16 @@ final class PartitionLoop implements AutoCloseable {
   @FunctionalInterface
   interface CommitListener {
     void committed(int partition, long offset);
+  }
+
+  /** What the worker allows for a partition now (docs/handoff.md, the serving lease). */
+  interface Fence {
+    /** Whether to hand out its records: the worker owns it, within the lease. */
+    boolean mayHandle(int partition);
+
+    /** Whether to commit its offset: the worker holds it within the lease (a release commits
+     * while the partition is no longer owned, until the release's own deadline). */
+    boolean mayCommit(int partition);
   }
 
   /** A change of the partitions consumed; {@code result}: per partition, where it starts
@@ -60,6 +74,7 @@ final class PartitionLoop implements AutoCloseable {
   private final RecordHandler handler;
   private final Duration commitInterval;
   private final CommitListener onCommit;
+  private final Fence fence;
   private final Map<Integer, String> commitMetadata = new HashMap<>();
   private final BlockingQueue<Change> changes = new LinkedBlockingQueue<>();
   private final Map<Integer, Long> positions = new TreeMap<>();
@@ -72,12 +87,14 @@ final class PartitionLoop implements AutoCloseable {
       String topic,
       RecordHandler handler,
       Duration commitInterval,
-      CommitListener onCommit) {
+      CommitListener onCommit,
+      Fence fence) {
     this.consumer = consumer;
     this.topic = topic;
     this.handler = handler;
     this.commitInterval = commitInterval;
     this.onCommit = onCommit;
+    this.fence = fence;
     this.thread = new Thread(this::run, "apportion-kafka-" + topic);
   }
 
@@ -124,6 +141,7 @@ final class PartitionLoop implements AutoCloseable {
           apply(change);
           change = changes.poll();
         }
+        gate();
         if (!positions.isEmpty() && !handle(consumer.poll(POLL))) {
           // A change is waiting: what was fetched past the last record handled is dropped;
           // seeking makes the consumer fetch it again.
@@ -154,6 +172,9 @@ final class PartitionLoop implements AutoCloseable {
       for (ConsumerRecord<byte[], byte[]> record : batch.records(tp)) {
         if (!changes.isEmpty()) {
           return false;
+        }
+        if (!fence.mayHandle(tp.partition())) {
+          return false; // the lease ran out mid-batch: gate() pauses the partition
         }
         Long position = positions.get(tp.partition());
         if (position == null || position != record.offset()) {
@@ -219,6 +240,25 @@ final class PartitionLoop implements AutoCloseable {
     }
   }
 
+  /**
+   * Pauses the partitions the fence holds back, at the position after the last record handled
+   * (dropping what was fetched beyond it), and resumes those it lets through again: a paused
+   * partition costs no fetches.
+   */
+  private void gate() {
+    Set<TopicPartition> paused = consumer.paused();
+    for (Map.Entry<Integer, Long> entry : positions.entrySet()) {
+      TopicPartition tp = new TopicPartition(topic, entry.getKey());
+      boolean may = fence.mayHandle(entry.getKey());
+      if (!may && !paused.contains(tp)) {
+        consumer.pause(List.of(tp));
+        consumer.seek(tp, entry.getValue());
+      } else if (may && paused.contains(tp)) {
+        consumer.resume(List.of(tp));
+      }
+    }
+  }
+
   private List<TopicPartition> partitions(Set<Integer> numbers) {
     List<TopicPartition> found = new ArrayList<>();
     numbers.stream().sorted().forEach(p -> found.add(new TopicPartition(topic, p)));
@@ -256,7 +296,7 @@ final class PartitionLoop implements AutoCloseable {
     Map<Integer, Long> offsets = new TreeMap<>();
     for (int partition : partitions) {
       long position = positions.get(partition);
-      if (!Long.valueOf(position).equals(committed.get(partition))) {
+      if (!Long.valueOf(position).equals(committed.get(partition)) && fence.mayCommit(partition)) {
         String metadata;
         synchronized (commitMetadata) {
           metadata = commitMetadata.getOrDefault(partition, "");

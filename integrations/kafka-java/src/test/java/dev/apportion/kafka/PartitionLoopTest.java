@@ -10,6 +10,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.MockConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -21,8 +22,9 @@ import org.junit.jupiter.api.Test;
 /**
  * The hand-off order of the consuming loop on kafka-clients' in-memory consumer: a release
  * commits the offset after the last record handled before it completes (the ack waits for
- * that), a revoke commits nothing, and a partition resumes at its committed offset. The real
- * broker runs the same loop in tests/e2e/test_kafka.py.
+ * that), a revoke commits nothing, a partition resumes at its committed offset, and nothing is
+ * handled or committed while the worker's fence (its serving lease) holds a partition back. The
+ * real broker runs the same loop in tests/e2e/test_kafka.py.
  */
 class PartitionLoopTest {
   private static final String TOPIC = "orders";
@@ -31,6 +33,8 @@ class PartitionLoopTest {
 
   private final List<Long> handled = new CopyOnWriteArrayList<>();
   private final List<Map.Entry<Integer, Long>> commits = new CopyOnWriteArrayList<>();
+  /** What the worker's fence says of every partition: false while its serving lease is out. */
+  private final AtomicBoolean serving = new AtomicBoolean(true);
   private Broker kafka;
 
   /** kafka-clients' in-memory consumer, but keeping commits across assign() as a broker does
@@ -66,7 +70,18 @@ class PartitionLoopTest {
             TOPIC,
             record -> handled.add(record.partition() * 1000L + record.offset()),
             Duration.ofHours(1), // no interval commits: only hand-offs commit here
-            (partition, offset) -> commits.add(Map.entry(partition, offset)));
+            (partition, offset) -> commits.add(Map.entry(partition, offset)),
+            new PartitionLoop.Fence() {
+              @Override
+              public boolean mayHandle(int partition) {
+                return serving.get();
+              }
+
+              @Override
+              public boolean mayCommit(int partition) {
+                return serving.get();
+              }
+            });
     loop.start();
   }
 
@@ -120,5 +135,23 @@ class PartitionLoopTest {
     produce(P0, 5, 7);
     awaitHandled(2);
     assertTrue(handled.containsAll(List.of(5L, 6L)), "resumed at 5: " + handled);
+  }
+
+  @Test
+  void nothingIsHandledNorCommittedWhileTheFenceHoldsAPartitionBack() throws Exception {
+    loop.acquire(Set.of(0), Map.of(), s -> {}).get(10, TimeUnit.SECONDS);
+    produce(P0, 0, 3);
+    awaitHandled(3);
+    serving.set(false); // the serving lease ran out
+    produce(P0, 3, 6);
+    Thread.sleep(500); // a few polls
+    assertEquals(3, handled.size(), "handled while fenced: " + handled);
+    serving.set(true); // confirmed again: the partition resumes where it stopped
+    awaitHandled(6);
+    assertEquals(List.of(0L, 1L, 2L, 3L, 4L, 5L), handled);
+    serving.set(false);
+    assertEquals(Map.of(0, 0L), loop.release(Set.of(0), true).get(10, TimeUnit.SECONDS));
+    assertNull(kafka.committed(Set.of(P0)).get(P0), "no commit outside the lease");
+    assertEquals(List.of(), commits);
   }
 }
