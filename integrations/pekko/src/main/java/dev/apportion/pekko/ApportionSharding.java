@@ -157,11 +157,16 @@ public final class ApportionSharding<M> implements AutoCloseable {
     return pods;
   }
 
-  /** Pushes changed desired locations to the allocation strategy's replicated map. */
+  /**
+   * Pushes changed desired locations to the allocation strategy's replicated map; nothing while
+   * this node's serving lease has run out. Its table may then be stale, and in a last-writer-wins
+   * map a stale home written now would beat the fresh ones other nodes wrote before: a shard
+   * moved away from a pod could be sent back to it, new allocations included.
+   */
   private void feed() {
     try {
       AssignmentTable table = worker.table();
-      if (table == null) {
+      if (table == null || !worker.serving()) {
         return;
       }
       if (table.count() != shards) {
