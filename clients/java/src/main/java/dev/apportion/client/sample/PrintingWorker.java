@@ -44,6 +44,16 @@ public final class PrintingWorker {
           public void onRevoke(Set<String> units, long epoch) {
             print("revoke", units, epoch);
           }
+
+          @Override
+          public void onSuspend(Set<String> units, long epoch) {
+            print("suspend", units, epoch);
+          }
+
+          @Override
+          public void onResume(Set<String> units, long epoch) {
+            print("resume", units, epoch);
+          }
         };
     Worker worker = Worker.fromEnvironment(args[0], args[1], callbacks);
     worker.start();
