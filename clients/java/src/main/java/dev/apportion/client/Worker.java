@@ -60,7 +60,7 @@ import java.util.logging.Logger;
  * ({@code whenCutOff: StopServing}), a thread of its own GETs the root ConfigMap every quarter
  * lease, and the worker serves only while the last request that confirmed the table was sent
  * less than a lease ago ({@link ServingLease}); {@link #owns}, {@link #myUnits} and {@link
- * #token} follow it. When it runs out (the API server unreachable, or this process paused)
+ * #leaseHolds} follow it. When it runs out (the API server unreachable, or this process paused)
  * {@code onSuspend} is called; after a fresh confirmation, {@code onResume}. Nothing is
  * released, revoked or acknowledged because of it. {@link #servingTimeLeft} tells in advance
  * how long serving may go on without a new confirmation.
@@ -676,11 +676,22 @@ public final class Worker implements AutoCloseable {
     }
   }
 
-  /** The fencing token of a unit this process holds (acquiring, serving or releasing it) within
-   * the serving lease, or null: pass it to stores that reject writes under older tokens. */
+  /** The fencing token of a unit this process holds (acquiring, serving or releasing it), or
+   * null: pass it to stores that reject writes under older tokens. It stays while the serving
+   * lease is out (an acquisition may need it before the first confirmation, and fenced storage
+   * refuses it once a newer one wrote): whether to serve is {@link #owns} or {@link #leaseHolds}. */
   public Long token(String unit) {
     synchronized (lock) {
-      return state == null || !lease.valid(unit) ? null : state.token(unit);
+      return state == null ? null : state.token(unit);
+    }
+  }
+
+  /** Whether the serving lease of {@code unit} still holds (a unit being released has its own,
+   * earlier end): work on it, such as finishing a release, may go on. Always true without a
+   * lease (KeepServing). */
+  public boolean leaseHolds(String unit) {
+    synchronized (lock) {
+      return lease.valid(unit);
     }
   }
 

@@ -313,7 +313,8 @@ class WorkerTest {
     await(() -> !worker.serving());
     assertFalse(worker.owns("0"));
     assertEquals(Set.of(), worker.myUnits());
-    assertEquals(null, worker.token("0")); // no token to write with either
+    assertFalse(worker.leaseHolds("0"));
+    assertEquals(1L, worker.token("0")); // held, not served
     assertEquals(0, worker.servingTimeLeft());
     await(() -> callbacks.calls.contains("suspend [0, 1]"));
     assertEquals(1, worker.leaseExpiries());
@@ -355,9 +356,10 @@ class WorkerTest {
     double left = worker.servingTimeLeft("1");
     assertTrue(left <= before, left + " > " + before);
     await(() -> worker.servingTimeLeft() > left + 0.05); // confirmed on, unit 1 not extended
-    assertEquals(1L, worker.token("1"));
+    assertTrue(worker.leaseHolds("1"));
     jumped += worker.servingTimeLeft("1") + 0.001;
-    assertEquals(null, worker.token("1")); // its time is up, while unit 0 is still served
+    assertFalse(worker.leaseHolds("1")); // its time is up, while unit 0 is still served
+    assertEquals(1L, worker.token("1")); // still held: the release has not finished
     assertTrue(worker.owns("0"));
     callbacks.hang.countDown();
   }

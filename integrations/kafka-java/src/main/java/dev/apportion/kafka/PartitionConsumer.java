@@ -186,7 +186,8 @@ public final class PartitionConsumer implements AutoCloseable {
     }
   }
 
-  /** Records only for partitions the worker owns now, commits only under a valid token. */
+  /** Records only for partitions the worker owns now, commits only for partitions it holds
+   * within their lease. */
   private final class Fence implements PartitionLoop.Fence {
     @Override
     public boolean mayHandle(int partition) {
@@ -195,7 +196,8 @@ public final class PartitionConsumer implements AutoCloseable {
 
     @Override
     public boolean mayCommit(int partition) {
-      return worker.token(Integer.toString(partition)) != null;
+      String unit = Integer.toString(partition);
+      return worker.token(unit) != null && worker.leaseHolds(unit);
     }
   }
 
