@@ -6,7 +6,9 @@ callback."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import signal
 import subprocess
 import threading
@@ -265,3 +267,31 @@ def test_java_worker_cannot_ack_for_a_newer_pod_of_its_name(
         message="the old process did not notice its ack was refused",
     )
     assert pod_ack(kubectl, namespace, "w0") is None
+
+
+def test_java_worker_stops_serving_through_an_api_outage_longer_than_its_lease(
+    dev_cluster: Any, kubectl: Any, namespace: str, start_java: Any, wait_for: Any
+) -> None:
+    """The Java worker's serving lease (issue 20): the API server SIGSTOPped (its connections
+    hang) for longer than the table's 1 s lease: the worker suspends its units, and resumes
+    them when the API server is back, releasing, revoking and acknowledging nothing for it."""
+    uid = create_pod(kubectl, namespace, "w0")
+    units = {"0": UnitState("w0", 1), "1": UnitState("w1", 1)}
+    leased = dataclasses.replace(table(namespace, uid, 1, units), serving_lease=1.0)
+    publish(kubectl, namespace, leased)
+    java = start_java("w0")
+    wait_for(lambda: java.saw("acquire", ["0"], 1), message="no acquire of epoch 1")
+    acks = pod_ack(kubectl, namespace, "w0")
+    found = subprocess.run(
+        ["pgrep", "-f", f"kube-apiserver.*{dev_cluster.state_dir}"], capture_output=True, text=True
+    ).stdout.split()
+    (api,) = (int(pid) for pid in found)
+    os.kill(api, signal.SIGSTOP)
+    try:
+        wait_for(lambda: java.saw("suspend", ["0"], 1), timeout=15, message="never suspended")
+    finally:
+        os.kill(api, signal.SIGCONT)
+    wait_for(lambda: java.saw("resume", ["0"], 1), timeout=30, message="never resumed")
+    kinds = [e["event"] for e in java.events]
+    assert "release" not in kinds and "revoke" not in kinds, java.events
+    assert pod_ack(kubectl, namespace, "w0") == acks

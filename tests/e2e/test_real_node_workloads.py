@@ -574,52 +574,6 @@ def test_a_deployment_scale_in_removes_the_pod_the_deletion_cost_names(
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-def test_helm_installs_the_operator_on_the_real_node(
-    installed_operator: DevCluster, helm: Callable[..., Any], wait_for: Callable[..., Any]
-) -> None:
-    """docs/operations.md's other way in: the kustomize install goes (but the CRDs, which the
-    sets of earlier tests live on), `helm install` brings the operator pair back as containers
-    from the image built here, it places a new set, and `helm uninstall` removes it. Last in
-    this module: it takes the kustomize install away."""
-    cluster = installed_operator
-    overlay = REPO / "tests" / "e2e" / "overlays" / "local-image"
-    rendered = yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout)
-    without_crds = [d for d in rendered if d and d["kind"] != "CustomResourceDefinition"]
-    cluster.kubectl("delete", "-f", "-", "--wait=true", input=yaml.safe_dump_all(without_crds))
-    wait_for(
-        lambda: cluster.kubectl("get", "namespace", SYSTEM, check=False).returncode != 0,
-        timeout=180,
-        message=f"the kustomize install's namespace {SYSTEM} never went",
-    )
-    release = ("apportion", str(REPO / "charts" / "apportion"), "-n", SYSTEM)
-    kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
-    image = IMAGE.rsplit(":", 1)
-    helm(
-        "install",
-        *release,
-        kubeconfig,
-        "--create-namespace",
-        "--set",
-        f"image.repository={image[0]},image.tag={image[1]}",
-        "--wait",
-        "--timeout=180s",
-    )
-    pods = _pods(cluster, SYSTEM, "app.kubernetes.io/name=apportion-operator")
-    assert len(pods) == 2
-    for pod in pods:
-        assert pod["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm"
-        assert pod["spec"]["nodeName"] == NODE_NAME
-        assert pod["spec"]["containers"][0]["image"] == IMAGE
-        assert all(s["ready"] for s in pod["status"]["containerStatuses"])
-
-    _places_a_new_set(
-        cluster, wait_for, "helm", 180, "the operator Helm installed never made the set Ready"
-    )
-    helm("uninstall", "apportion", "-n", SYSTEM, kubeconfig, "--wait")
-    gone = cluster.kubectl("get", "statefulset", "-n", SYSTEM, "-o", "name", check=False)
-    assert gone.stdout.strip() == ""
-
-
 # Run inside a demo worker container: the HTTP status it gives a key of each partition named on
 # the command line (netherite `k!n` names partition n), as JSON.
 ASK_KEYS = textwrap.dedent(
@@ -648,6 +602,7 @@ def _pod_netns(pod_ip: str) -> str:
     raise LookupError(f"no network namespace holds {pod_ip}")
 
 
+# Before the Helm test, which replaces the kustomize install and uninstalls it at the end.
 def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
     installed_operator: DevCluster, wait_for: Callable[..., Any]
 ) -> None:
@@ -739,3 +694,49 @@ def _table_of(cluster: DevCluster, namespace: str) -> dict[str, str | None]:
     table = read_table(cluster.kubectl, namespace, "PartitionSet", "demo")
     assert table is not None
     return {unit: state.owner for unit, state in table.units.items()}
+
+
+def test_helm_installs_the_operator_on_the_real_node(
+    installed_operator: DevCluster, helm: Callable[..., Any], wait_for: Callable[..., Any]
+) -> None:
+    """docs/operations.md's other way in: the kustomize install goes (but the CRDs, which the
+    sets of earlier tests live on), `helm install` brings the operator pair back as containers
+    from the image built here, it places a new set, and `helm uninstall` removes it. Last in
+    this module: it takes the kustomize install away."""
+    cluster = installed_operator
+    overlay = REPO / "tests" / "e2e" / "overlays" / "local-image"
+    rendered = yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout)
+    without_crds = [d for d in rendered if d and d["kind"] != "CustomResourceDefinition"]
+    cluster.kubectl("delete", "-f", "-", "--wait=true", input=yaml.safe_dump_all(without_crds))
+    wait_for(
+        lambda: cluster.kubectl("get", "namespace", SYSTEM, check=False).returncode != 0,
+        timeout=180,
+        message=f"the kustomize install's namespace {SYSTEM} never went",
+    )
+    release = ("apportion", str(REPO / "charts" / "apportion"), "-n", SYSTEM)
+    kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
+    image = IMAGE.rsplit(":", 1)
+    helm(
+        "install",
+        *release,
+        kubeconfig,
+        "--create-namespace",
+        "--set",
+        f"image.repository={image[0]},image.tag={image[1]}",
+        "--wait",
+        "--timeout=180s",
+    )
+    pods = _pods(cluster, SYSTEM, "app.kubernetes.io/name=apportion-operator")
+    assert len(pods) == 2
+    for pod in pods:
+        assert pod["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm"
+        assert pod["spec"]["nodeName"] == NODE_NAME
+        assert pod["spec"]["containers"][0]["image"] == IMAGE
+        assert all(s["ready"] for s in pod["status"]["containerStatuses"])
+
+    _places_a_new_set(
+        cluster, wait_for, "helm", 180, "the operator Helm installed never made the set Ready"
+    )
+    helm("uninstall", "apportion", "-n", SYSTEM, kubeconfig, "--wait")
+    gone = cluster.kubectl("get", "statefulset", "-n", SYSTEM, "-o", "name", check=False)
+    assert gone.stdout.strip() == ""
