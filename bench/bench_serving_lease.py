@@ -22,7 +22,6 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
@@ -149,14 +148,7 @@ async def main(quick: bool) -> None:
     cluster = DevCluster.start()
     try:
         os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
-        (api,) = (
-            int(p)
-            for p in subprocess.run(
-                ["pgrep", "-f", f"kube-apiserver.*{cluster.state_dir}"],
-                capture_output=True,
-                text=True,
-            ).stdout.split()
-        )
+        api = cluster.pid("kube-apiserver")
         client = AsyncClient()
         await client.create(Namespace(metadata=ObjectMeta(name=NAMESPACE)))
         await publish(client, table(DEFAULT_LEASE))

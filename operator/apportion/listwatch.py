@@ -117,8 +117,7 @@ class ConfigMapListWatch:
                     server_timeout=self.watch_timeout,
                     **self.selectors,
                 )
-                silence = SILENCE_TIMEOUT if self.silence_timeout is None else self.silence_timeout
-                async for event, obj in bounded(watch, silence):
+                async for event, obj in bounded(watch, self.silence_timeout):
                     await self.on_event(event, as_dict(obj))
             except asyncio.CancelledError:
                 raise

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -40,11 +39,6 @@ from apportion.api.pods import DRAIN_ANNOTATION
 SET = "cuts"
 UNITS = 6
 _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def pids(pattern: str) -> list[int]:
-    found = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
-    return [int(p) for p in found.split()]
 
 
 def worker_pid(namespace: str, pod: str) -> int:
@@ -110,11 +104,6 @@ def placed(dev_cluster, crds, namespace, tmp_path) -> Iterator[dict[str, Any]]:
         operator.stop()
 
 
-def apiserver_pid(dev_cluster) -> int:
-    (pid,) = pids(f"kube-apiserver.*{dev_cluster.state_dir}")
-    return pid
-
-
 def served(placed: dict[str, Any]) -> dict[int, int]:
     """unit → HTTP status its owner in the placed table gives."""
     table, ips = placed["table"], placed["ips"]
@@ -126,7 +115,7 @@ def test_an_api_outage_longer_than_the_lease_stops_every_worker_and_moves_nothin
 ) -> None:
     namespace, table = placed["namespace"], placed["table"]
     pods = sorted(placed["ips"])
-    api = apiserver_pid(dev_cluster)
+    api = dev_cluster.pid("kube-apiserver")
     os.kill(api, signal.SIGSTOP)
     cut = time.time()
     try:
@@ -166,7 +155,7 @@ def test_an_api_outage_longer_than_the_lease_stops_every_worker_and_moves_nothin
 
 def test_an_api_outage_shorter_than_the_lease_stops_nobody(dev_cluster, placed) -> None:
     namespace = placed["namespace"]
-    api = apiserver_pid(dev_cluster)
+    api = dev_cluster.pid("kube-apiserver")
     os.kill(api, signal.SIGSTOP)
     cut = time.time()
     try:

@@ -282,10 +282,7 @@ def test_java_worker_stops_serving_through_an_api_outage_longer_than_its_lease(
     java = start_java("w0")
     wait_for(lambda: java.saw("acquire", ["0"], 1), message="no acquire of epoch 1")
     acks = pod_ack(kubectl, namespace, "w0")
-    found = subprocess.run(
-        ["pgrep", "-f", f"kube-apiserver.*{dev_cluster.state_dir}"], capture_output=True, text=True
-    ).stdout.split()
-    (api,) = (int(pid) for pid in found)
+    api = dev_cluster.pid("kube-apiserver")
     os.kill(api, signal.SIGSTOP)
     try:
         wait_for(lambda: java.saw("suspend", ["0"], 1), timeout=15, message="never suspended")

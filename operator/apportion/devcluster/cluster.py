@@ -270,6 +270,11 @@ class DevCluster:
         """Log of `etcd`, `kube-apiserver`, `kube-controller-manager` or `podsim`."""
         return self._layout.logs / f"{component}.log"
 
+    def pid(self, component: str) -> int:
+        """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
+        (record,) = (r for r in self._state.processes if r.name == component)
+        return record.pid
+
 
 def cluster_env(
     base: dict[str, str] | os._Environ[str], kubeconfig: Path, bin_dir: Path

@@ -75,11 +75,6 @@ class ServingLease:
         deadline = self.expires_at(unit)
         return deadline is None or self.clock() < deadline
 
-    def remaining(self) -> float | None:
-        """Seconds of serving left (0 once run out); None: never runs out."""
-        deadline = self.expires_at()
-        return None if deadline is None else max(0.0, deadline - self.clock())
-
     def renew_interval(self) -> float | None:
         """How often to confirm; None: no need (KeepServing)."""
         return None if self.duration is None else self.duration / RENEWALS_PER_LEASE

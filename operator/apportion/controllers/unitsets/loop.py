@@ -302,12 +302,9 @@ class SetLoop:
             self.releases_known.setdefault(key, known_at)
 
     def known_releases(self) -> dict[str, float]:
-        assert self.published is not None
-        return {
-            unit: self.releases_known[(unit, r.epoch)]
-            for unit, r in self.published.releasing().items()
-            if (unit, r.epoch) in self.releases_known
-        }
+        """unit → when its release was known; note_releases keeps the map to exactly the
+        releases of the published table (every load and write goes through it)."""
+        return {unit: known_at for (unit, _), known_at in self.releases_known.items()}
 
     def record_table(self) -> None:
         assert self.published is not None
