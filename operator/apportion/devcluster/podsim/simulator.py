@@ -12,6 +12,7 @@ deletion with grace period 0, which is the kubelet's part of graceful deletion.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import time
@@ -39,6 +40,7 @@ from apportion.devcluster.podsim.podenv import (
     source_data,
 )
 from apportion.devcluster.podsim.process import LocalProcess, exit_status
+from apportion.devcluster.podsim.relay import CUT_ANNOTATION, RELAY_ANNOTATION, ApiRelay
 from apportion.devcluster.podsim.serviceaccount import (
     REFRESH_AT,
     TOKEN_SECONDS,
@@ -216,6 +218,8 @@ class PodWorker:
         self.probe_at: float | None = None
         self.token_at: float | None = None
         self.probe_failures = 0
+        self.relay: ApiRelay | None = None
+        self.relay_server = ""
         self._changed = asyncio.Event()
         self._cancelled = False
 
@@ -249,6 +253,9 @@ class PodWorker:
     def update(self, pod: dict[str, Any], gone: bool = False) -> None:
         self.pod = pod
         self.gone = self.gone or gone
+        if self.relay is not None:
+            annotations = pod["metadata"].get("annotations") or {}
+            self.relay.cut = annotations.get(CUT_ANNOTATION) == "true"
         self._changed.set()
 
     def cancel(self) -> None:
@@ -290,6 +297,8 @@ class PodWorker:
             if self.process is not None:
                 grace = min(self.grace_seconds, SHUTDOWN_GRACE_SECONDS)
                 await asyncio.shield(self.process.stop(grace))
+            if self.relay is not None:
+                await asyncio.shield(self.relay.stop())
             if self.ip:
                 self.sim.pool.release(self.ip)
             self.sim.workers.pop(self.uid, None)
@@ -468,7 +477,15 @@ class PodWorker:
         points; schedules the next rotation."""
         token = await issue_token(self.sim.client, self.pod)
         here = pod_log_path(self.sim.state_dir, self.namespace, self.name).parent
-        kubeconfig = write_credentials(self.sim.cluster, here, self.name, self.namespace, token)
+        cluster = self.sim.cluster
+        annotations = self.pod["metadata"].get("annotations") or {}
+        if annotations.get(RELAY_ANNOTATION) == "true":
+            if self.relay is None:
+                self.relay = ApiRelay(cluster.server)
+                self.relay.cut = annotations.get(CUT_ANNOTATION) == "true"
+                self.relay_server = await self.relay.start()
+            cluster = dataclasses.replace(cluster, server=self.relay_server)
+        kubeconfig = write_credentials(cluster, here, self.name, self.namespace, token)
         self.token_at = time.monotonic() + TOKEN_SECONDS * REFRESH_AT
         return str(kubeconfig)
 
