@@ -27,6 +27,8 @@ from unitset_support import (
     Operator,
     apply,
     demo_worker,
+    events,
+    get,
     overlaps,
     ownership_log,
     read_table,
@@ -104,6 +106,15 @@ def placed(dev_cluster, crds, namespace, tmp_path) -> Iterator[dict[str, Any]]:
         operator.stop()
 
 
+def serving_gauge(ip: str) -> float:
+    """The worker's own `apportion_worker_serving` for the set, from its /metrics."""
+    with _http.open(f"http://{ip}:8080/metrics", timeout=2) as page:
+        for line in page.read().decode().splitlines():
+            if line.startswith(f'apportion_worker_serving{{set="{SET}"}}'):
+                return float(line.split()[-1])
+    raise LookupError(f"{ip} exports no apportion_worker_serving for {SET}")
+
+
 def served(placed: dict[str, Any]) -> dict[int, int]:
     """unit → HTTP status its owner in the placed table gives."""
     table, ips = placed["table"], placed["ips"]
@@ -130,6 +141,10 @@ def test_an_api_outage_longer_than_the_lease_stops_every_worker_and_moves_nothin
         assert set(statuses) == set(range(UNITS))
         time.sleep(2.0)  # the outage goes on: still nobody serves
         assert set(served(placed).values()) == {503}
+        # What a Prometheus scraping the workers (not through the API server) sees meanwhile.
+        assert {ip: serving_gauge(ip) for ip in placed["ips"].values()} == dict.fromkeys(
+            placed["ips"].values(), 0.0
+        )
     finally:
         os.kill(api, signal.SIGCONT)
     back = time.time()
@@ -150,6 +165,37 @@ def test_an_api_outage_longer_than_the_lease_stops_every_worker_and_moves_nothin
     assert {u: s.owner for u, s in after.units.items()} == {
         u: s.owner for u, s in table.units.items()
     }
+    # Nothing could be written meanwhile: each worker's next ack tells the operator, which
+    # counts them in the status and says so in an Event per worker.
+    status = wait_for(
+        lambda: (
+            (s := get(dev_cluster.kubectl, namespace, "partitionset", SET)["status"])
+            and s.get("servingSuspensions") == len(pods)
+            and s
+        ),
+        timeout=30,
+        message="the status never counted the workers' suspensions",
+    )
+    told = wait_for(
+        lambda: (
+            (
+                found := [
+                    e
+                    for e in events(dev_cluster.kubectl, namespace, SET)
+                    if e["reason"] == "ServingSuspended"
+                ]
+            )
+            and len(found) >= len(pods)
+            and found
+        ),
+        timeout=30,
+        message="no ServingSuspended Event for every worker",
+    )
+    assert sorted(e["note"].split()[0] for e in told) == pods
+    for event in told:
+        seconds = float(event["note"].split(" for ")[1].split("s:")[0])
+        assert 0 < seconds <= resumed - cut, event["note"]  # within what the test saw
+    assert status["servingSuspensions"] == len(pods)
     print(f"\nserving again {resumed - back:.2f}s after the API server came back")
 
 

@@ -52,6 +52,8 @@ SINCE = "apportion_operator_set_condition_transition_timestamp_seconds"
 INTERVAL = "apportion_operator_rebalance_interval_seconds"
 ERRORS = "apportion_operator_api_errors_total"
 BALANCED = {"condition": "Balanced"}
+SERVING = "apportion_worker_serving"
+SUSPENSIONS = "apportion_operator_serving_suspensions_total"
 
 CASES = [
     # Units unowned for 5 minutes fire; a one-minute gap (a pod replaced) does not.
@@ -94,6 +96,50 @@ CASES = [
             ],
         ),
         check("ApportionHandoffTimedOut", "30m", []),
+    ),
+    # A worker serving nothing for a minute alerts, counted per set; one that stops for less
+    # than a minute (a lease that ran out and was confirmed again) does not.
+    case(
+        [
+            series(SERVING, {"namespace": "shop", "set": "orders", "pod": "w-0"}, "1 0x10"),
+            series(SERVING, {"namespace": "shop", "set": "orders", "pod": "w-1"}, "1 0x10"),
+            series(SERVING, {"namespace": "shop", "set": "orders", "pod": "w-2"}, "1x10"),
+            series(SERVING, {"namespace": "shop", "set": "carts", "pod": "c-0"}, "1 0 1x10"),
+        ],
+        check("ApportionWorkersNotServing", "1m", []),
+        check(
+            "ApportionWorkersNotServing",
+            "3m",
+            [
+                firing(
+                    "ApportionWorkersNotServing",
+                    {"namespace": "shop", "set": "orders"},
+                    "shop/orders: 2 worker(s) serve nothing",
+                    "critical",
+                )
+            ],
+        ),
+    ),
+    # Suspensions told after the fact alert for 15 minutes; none, never.
+    case(
+        [
+            series(SUSPENSIONS, SET_A, "0x5 3x40"),
+            series(SUSPENSIONS, SET_B, "0x40"),
+        ],
+        check("ApportionServingSuspended", "3m", []),
+        check(
+            "ApportionServingSuspended",
+            "10m",
+            [
+                firing(
+                    "ApportionServingSuspended",
+                    SET_A,
+                    "PartitionSet shop/orders: workers stopped serving for a while",
+                    "warning",
+                )
+            ],
+        ),
+        check("ApportionServingSuspended", "30m", []),
     ),
     # Not Balanced since t=0: with 1 s rounds the 15 minute floor applies; with 2 minute rounds
     # 10 rounds (20 minutes) do. A Balanced set never alerts.
@@ -239,7 +285,7 @@ def test_the_rules_file_and_the_prometheus_rule_pass_promtool_check(
     for path in (RULES, spec):
         checked = promtool_run(promtool, "check", "rules", str(path))
         assert checked.returncode == 0, checked.stdout + checked.stderr
-        assert "SUCCESS: 7 rules found" in checked.stdout
+        assert "SUCCESS: 9 rules found" in checked.stdout
 
 
 def test_the_prometheus_rule_is_generated_from_the_rules_file() -> None:

@@ -176,6 +176,8 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
             did["handled"] = state.receive(from_document(step["table"]))
         elif "found" in step:
             state.ack_written(Ack.from_annotation(json.dumps(step["found"])))
+        elif step.get("signal") == "resumed":
+            state.resumed(step["suspendedFor"])
         elif "signal" in step:
             assert step["signal"] == "drain"
             state.start_draining()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from apportion.api import PartitionSet, ShardSet
-from apportion.api.assignment import AssignmentTable, Incarnation, ResourceRef
+from apportion.api.assignment import Ack, AssignmentTable, Incarnation, ResourceRef, Suspensions
 from apportion.engine.allocation import Member as EngineMember
 from apportion.engine.handoff import Reason, make_ack
 from apportion.engine.set_pass import (
@@ -24,6 +24,8 @@ from apportion.engine.set_pass import (
     imbalance,
     initial_table,
     plan_pass,
+    suspension_news,
+    suspensions,
     unit_set_status,
 )
 
@@ -355,6 +357,39 @@ def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
     forced = run(spec, table, members, now=1005.0)
     assert {e.reason for e in forced.decision.events} == {Reason.HANDOFF_TIMED_OUT}
     assert forced.problems == () and forced.decision.failing == {}
+
+
+def test_suspensions_told_by_acks_are_counted_in_the_status_and_each_new_one_reported(
+    spec, balanced4
+) -> None:
+    """A worker tells of its serving lease's outages in its ack once it serves again: the
+    status sums them over the members, and each one not yet reported is news, once."""
+    members = workers(4)
+
+    def told(pod: PodView, count: int, seconds: float, uid: str | None = None) -> PodView:
+        ack = Ack(uid or pod.uid, balanced4.epoch, suspended=Suspensions(count, seconds))
+        return replace(pod, ack=ack.to_annotation())
+
+    members[1] = told(members[1], 1, 12.34)
+    members[2] = told(members[2], 3, 0.5)
+    members[3] = told(members[3], 9, 1.0, uid="an-earlier-incarnation")  # not this pod's word
+    result = run(spec, balanced4, members)
+    status = unit_set_status(StatusInput(balanced4, result, members, 1, "cm", NOW))
+    assert status["servingSuspensions"] == 4
+    by_uid = suspensions(members)
+    assert set(by_uid) == {"uid-w-1", "uid-w-2"}
+    news = suspension_news(by_uid, {"uid-w-2": 1})
+    assert news == [
+        "w-1 served nothing for 12.3s: its serving lease ran out, as it could not confirm the "
+        "assignment (API server out of reach, or the process paused); it serves again",
+        "w-2 served nothing 2 times; the last time for 0.5s: its serving lease ran out, as it "
+        "could not confirm the assignment (API server out of reach, or the process paused); it "
+        "serves again",
+    ]
+    assert suspension_news(by_uid, {"uid-w-1": 1, "uid-w-2": 3}) == []
+    # Without any, the status says 0 (a merge patch clears an older figure).
+    quiet = unit_set_status(StatusInput(balanced4, result, workers(4), 1, "cm", NOW))
+    assert quiet["servingSuspensions"] == 0
 
 
 def test_imbalance_by_counts_and_by_load() -> None:

@@ -135,7 +135,10 @@ async def test_a_cut_off_worker_stops_serving_and_resumes_after_a_fresh_confirma
         await eventually(lambda: "resume" in record.kinds())
         assert record.calls[-1] == ("resume", frozenset({"0", "1"}))
         assert serving_metric(worker) == (1, 1)
-        assert len(api.acks) == acks
+        # One ack, for the operator's report: the same epoch, nothing released or pending.
+        await eventually(lambda: len(api.acks) == acks + 1)
+        ack = api.acks[-1]
+        assert (ack.epoch, ack.pending, ack.suspended and ack.suspended.count) == (1, set(), 1)
     finally:
         await worker.close()
 
@@ -153,6 +156,10 @@ async def test_a_paused_worker_serves_nothing_before_it_has_reconfirmed() -> Non
         api.reachable.set()
         await eventually(lambda: worker.serving)
         assert not worker.owns("0") and worker.owns("1")  # the re-read table decides
+        # The ack tells how long it served nothing: the pause less the lease it had left.
+        await eventually(lambda: any(a.suspended for a in api.acks))
+        suspended = next(a.suspended for a in api.acks if a.suspended)
+        assert suspended.count == 1 and 9 * LEASE <= suspended.last_seconds < 11 * LEASE
     finally:
         await worker.close()
 

@@ -178,13 +178,23 @@ class Lineage:
 
 
 @dataclass(frozen=True, slots=True)
+class Suspensions:
+    """How often this pod incarnation stopped serving because its serving lease ran out
+    (docs/handoff.md), and how long the last time lasted, in seconds."""
+
+    count: int
+    last_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Ack:
     """What a worker writes on its own Pod, annotation `ResourceRef.ack_annotation`.
 
     Reads: "I am pod incarnation `uid`; I have processed table `epoch`; every unit that table
     marks releasing from me has been released, except `pending`." `failing`: pending units whose
     release callback failed, with why; the worker retries them (optional, for the operator to
-    report; an ack without it says nothing is failing).
+    report; an ack without it says nothing is failing). `suspended`: the serving lease ran out
+    (optional; the operator reports each new one, since none could be written while it lasted).
     """
 
     uid: str
@@ -192,6 +202,7 @@ class Ack:
     pending: frozenset[str] = frozenset()
     draining: bool = False
     failing: Mapping[str, str] = field(default_factory=dict)
+    suspended: Suspensions | None = None
 
     def to_annotation(self) -> str:
         doc: dict[str, Any] = {
@@ -202,6 +213,11 @@ class Ack:
         }
         if self.failing:  # absent when empty: the ack of a worker with nothing failing is unchanged
             doc["failing"] = {unit: self.failing[unit] for unit in unit_order(self.failing)}
+        if self.suspended is not None:
+            doc["suspended"] = {
+                "count": self.suspended.count,
+                "lastSeconds": round(self.suspended.last_seconds, 1),
+            }
         return json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
 
     @classmethod
@@ -221,12 +237,22 @@ class Ack:
         failing = doc.get("failing", {})
         if not isinstance(failing, dict) or not all(isinstance(m, str) for m in failing.values()):
             raise AssignmentFormatError("ack annotation: failing must map unit names to messages")
+        suspended = doc.get("suspended")
+        if suspended is not None:
+            last = suspended.get("lastSeconds") if isinstance(suspended, dict) else None
+            if type(last) not in (int, float) or not 0 <= last < math.inf:
+                raise AssignmentFormatError(
+                    "ack annotation: suspended must hold count and lastSeconds (seconds, >= 0)"
+                )
+            count = _count(suspended.get("count"), "ack annotation: suspended.count")
+            suspended = Suspensions(count, float(last))
         return cls(
             uid=_string(doc.get("uid"), "ack annotation: uid"),
             epoch=_count(doc.get("epoch"), "ack annotation: epoch"),
             pending=frozenset(pending),
             draining=draining,
             failing=failing,
+            suspended=suspended,
         )
 
 

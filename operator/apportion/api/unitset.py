@@ -524,6 +524,13 @@ class UnitSetStatus(ApiModel):
         description="Units being handed off whose owner reports its release callback failing "
         "(it retries; handoffTimeout reassigns them if it never succeeds).",
     )
+    serving_suspensions: int | None = Field(
+        None,
+        ge=0,
+        description="Times the members stopped serving because their serving lease ran out (the "
+        "table could not be confirmed: API server out of reach, process paused), as their acks "
+        "report once they serve again; counted per pod since it started.",
+    )
     last_rebalance_time: datetime | None = Field(
         None, description="When units last moved between live members."
     )

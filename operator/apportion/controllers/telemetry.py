@@ -99,6 +99,12 @@ RELEASES_FAILING = Gauge(
     "hand-off waits for it until handoffTimeout.",
     SET_LABELS,
 )
+SERVING_SUSPENSIONS = Counter(
+    "apportion_operator_serving_suspensions_total",
+    "Times members stopped serving because their serving lease ran out, counted when their "
+    "acks tell of it after they serve again.",
+    SET_LABELS,
+)
 TABLE_EPOCH = Gauge(
     "apportion_operator_table_epoch", "Epoch of the published assignment table.", SET_LABELS
 )
@@ -165,6 +171,7 @@ _SET_METRICS = (
     HANDOFFS_ENDED,
     HANDOFF_DURATION,
     RELEASES_FAILING,
+    SERVING_SUSPENSIONS,
     TABLE_EPOCH,
     TABLE_SIZE,
     UNITS,

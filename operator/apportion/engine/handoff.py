@@ -19,6 +19,7 @@ from apportion.api.assignment import (
     AssignmentTable,
     Incarnation,
     Release,
+    Suspensions,
     UnitState,
     unit_order,
 )
@@ -381,10 +382,11 @@ def make_ack(
     pending: Iterable[str] = (),
     draining: bool = False,
     failing: Mapping[str, str] | None = None,
+    suspended: Suspensions | None = None,
 ) -> Ack:
     """The ack to write after handling `table`: every unit it marks releasing from `me` is
     released except `pending` (units still finishing); `failing`: those of them whose release
-    callback failed and is being retried, with why."""
+    callback failed and is being retried, with why; `suspended`: the serving lease's outages."""
     still = frozenset(pending) & releasing_units(table, me)
     return Ack(
         uid=me.uid,
@@ -392,6 +394,7 @@ def make_ack(
         pending=still,
         draining=draining,
         failing={unit: why for unit, why in (failing or {}).items() if unit in still},
+        suspended=suspended,
     )
 
 

@@ -23,6 +23,7 @@ from apportion.api.assignment import (
     AssignmentFormatError,
     AssignmentTable,
     ResourceRef,
+    Suspensions,
     unit_order,
 )
 from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
@@ -157,6 +158,38 @@ def parse_acks(
         except AssignmentFormatError as error:
             problems.append(Problem("InvalidAck", f"pod {pod.name}: {error}"))
     return acks, problems
+
+
+def suspensions(pods: Sequence[PodView]) -> dict[str, tuple[str, Suspensions]]:
+    """Pod uid → (name, the outages of its serving lease), from each pod's own ack: told after
+    the fact, since nothing could be written while they lasted."""
+    acks, _ = parse_acks(pods)
+    return {
+        pod.uid: (pod.name, ack.suspended)
+        for pod in pods
+        if (ack := acks.get(pod.name)) is not None
+        and ack.suspended is not None
+        and ack.uid == pod.uid
+    }
+
+
+def suspension_news(
+    told: Mapping[str, tuple[str, Suspensions]], seen: Mapping[str, int]
+) -> list[str]:
+    """What an Event says of each pod whose acks tell of more suspensions than `seen` (uid → count
+    already reported), in pod order."""
+    news = []
+    for uid, (name, suspended) in sorted(told.items(), key=lambda kv: natural_key(kv[1][0])):
+        new = suspended.count - seen.get(uid, 0)
+        if new <= 0:
+            continue
+        times = "" if new == 1 else f" {new} times; the last time"
+        news.append(
+            f"{name} served nothing{times} for {suspended.last_seconds:.1f}s: its serving lease "
+            "ran out, as it could not confirm the assignment (API server out of reach, or the "
+            "process paused); it serves again"
+        )
+    return news
 
 
 def _capacity(pod: PodView, label: str | None) -> tuple[float, Problem | None]:
@@ -572,6 +605,7 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
         "movesInProgress": releasing,
         "releasesFailing": 0 if result.decision is None else len(result.decision.failing),
+        "servingSuspensions": sum(told.count for _, told in suspensions(s.pods).values()),
         "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from apportion.api.assignment import Ack, AssignmentTable, Incarnation
+from apportion.api.assignment import Ack, AssignmentTable, Incarnation, Suspensions
 from apportion.engine.handoff import (
     is_owner,
     make_ack,
@@ -120,6 +120,7 @@ class WorkerState:
         self.held_count: int | None = None  # the unit count `held` is named in
         self.busy: set[str] = set()
         self.failing: dict[str, str] = {}
+        self.suspensions: Suspensions | None = None
         self.draining = False
         self.written: Ack | None = None
 
@@ -264,6 +265,12 @@ class WorkerState:
     def start_draining(self) -> None:
         self.draining = True
 
+    def resumed(self, suspended_seconds: float) -> None:
+        """The serving lease holds again after running out for `suspended_seconds`: the next ack
+        says so, for the operator to report what nobody could write while it lasted."""
+        count = 1 if self.suspensions is None else self.suspensions.count + 1
+        self.suspensions = Suspensions(count, suspended_seconds)
+
     def ack_due(self) -> Ack | None:
         """The ack to write now, or None when the last one written says it all already."""
         written = self._written_by_me()
@@ -276,13 +283,19 @@ class WorkerState:
             # new unit released whose state is still in its parents here, not handed over.
             return None
         ack = make_ack(
-            self.view, self.me, pending=self.held, draining=self.draining, failing=self.failing
+            self.view,
+            self.me,
+            pending=self.held,
+            draining=self.draining,
+            failing=self.failing,
+            suspended=self.suspensions,
         )
         released = releasing_units(self.view, self.me) - ack.pending
         # A change in which releases fail is news for the operator; a new message alone is not
         # (that would be a Pod write per retry).
         failing_changed = ack.failing.keys() != (written.failing.keys() if written else set())
-        if flag_stale or failing_changed or any(not self._covers(written, u) for u in released):
+        news = failing_changed or ack.suspended != (written.suspended if written else None)
+        if flag_stale or news or any(not self._covers(written, u) for u in released):
             return ack
         return None
 

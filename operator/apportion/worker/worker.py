@@ -181,6 +181,7 @@ class Worker:
         self._closing = False
         self._lease = ServingLease(None)
         self._suspended = False
+        self._suspended_at = 0.0  # on the lease's clock: when the lease ran out
         self.lease_expiries = 0
         """Times the serving lease ran out (the worker stopped serving until re-confirmed)."""
         self._watch: AssignmentWatch | None = None
@@ -613,6 +614,7 @@ class Worker:
         valid, epoch = self._lease.valid(), self.state.epoch
         if not valid and not self._suspended:
             self._suspended = True
+            self._suspended_at = self._lease.expires_at() or self._lease.clock()
             self.lease_expiries += 1
             held = frozenset(self.state.held)
             logger.warning(
@@ -625,6 +627,8 @@ class Worker:
             await self._notify()
         elif valid and self._suspended:
             self._suspended = False
+            self.state.resumed(self._lease.clock() - self._suspended_at)
+            self._ack_wake.set()  # tell the operator now what could not be written meanwhile
             units = self.my_units()
             logger.info(
                 "assignment confirmed again at epoch %d: serving %d unit(s)", epoch, len(units)

@@ -49,6 +49,8 @@ from apportion.engine.set_pass import (
     StatusInput,
     initial_table,
     plan_pass,
+    suspension_news,
+    suspensions,
     unit_set_status,
 )
 from apportion.publishing.client import api, close
@@ -164,6 +166,7 @@ class SetLoop:
         self.last_round = _seconds(status.get("lastRebalanceTime"))
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
+        self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.timed_out = _timed_out_from(status)
         # (unit, release epoch) → when this replica knew the release was published: a release
         # is timed from then, never from a `since` another replica's clock wrote (the serving
@@ -624,10 +627,27 @@ class SetLoop:
                     self.set_ref, "Warning", reason, "Place", current[reason].message
                 )
         self.reported = set(current)
+        self.report_suspensions(pods)
         if status != self.status:
             await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
             self.status = status
         self.record_status(status, result, pods, loads)
+
+    def report_suspensions(self, pods: Sequence[PodView]) -> None:
+        """An Event for each serving-lease outage a member's ack tells of, once. A new operator
+        process takes what the status already counted as reported, or else reports them all."""
+        told = suspensions(pods)
+        counts = {uid: suspended.count for uid, (_, suspended) in told.items()}
+        if self.suspensions_seen is None:
+            counted = (self.body.get("status") or {}).get("servingSuspensions")
+            self.suspensions_seen = counts if counted == sum(counts.values()) else {}
+        seen = self.suspensions_seen
+        for message in suspension_news(told, seen):
+            self.writers.events.post(self.set_ref, "Warning", "ServingSuspended", "Serve", message)
+        new = sum(max(0, count - seen.get(uid, 0)) for uid, count in counts.items())
+        if new:
+            telemetry.SERVING_SUSPENSIONS.labels(*self.labels).inc(new)
+        self.suspensions_seen = counts
 
     def record_status(
         self,

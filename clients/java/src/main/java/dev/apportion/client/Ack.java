@@ -4,6 +4,8 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ArrayNode;
 import com.fasterxml.jackson.databind.node.ObjectNode;
+import java.math.BigDecimal;
+import java.math.RoundingMode;
 import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
@@ -14,10 +16,21 @@ import java.util.TreeSet;
  * pod incarnation {@code uid}; I have processed table {@code epoch}; every unit that table marks
  * releasing from me has been released, except {@code pending}." {@code failing}: pending units
  * whose release callback failed, with why; the worker retries them (optional on the wire).
+ * {@code suspended}: the serving lease ran out (null until it has; the operator reports each new
+ * one, since none could be written while it lasted).
  */
 public record Ack(
-    String uid, long epoch, Set<String> pending, boolean draining, Map<String, String> failing) {
+    String uid,
+    long epoch,
+    Set<String> pending,
+    boolean draining,
+    Map<String, String> failing,
+    Suspensions suspended) {
   private static final ObjectMapper JSON = new ObjectMapper();
+
+  /** How often this pod incarnation stopped serving because its serving lease ran out, and how
+   * long the last time lasted, in seconds. */
+  public record Suspensions(long count, double lastSeconds) {}
 
   public Ack {
     pending = Set.copyOf(pending);
@@ -26,7 +39,13 @@ public record Ack(
 
   /** An ack with nothing failing. */
   public Ack(String uid, long epoch, Set<String> pending, boolean draining) {
-    this(uid, epoch, pending, draining, Map.of());
+    this(uid, epoch, pending, draining, Map.of(), null);
+  }
+
+  /** An ack that tells of no suspension. */
+  public Ack(
+      String uid, long epoch, Set<String> pending, boolean draining, Map<String, String> failing) {
+    this(uid, epoch, pending, draining, failing, null);
   }
 
   /** The annotation value: compact JSON, pending in unit order. */
@@ -44,6 +63,13 @@ public record Ack(
       Map<String, String> sorted = new TreeMap<>(Units.ORDER);
       sorted.putAll(failing);
       sorted.forEach(why::put);
+    }
+    if (suspended != null) {
+      ObjectNode lease = doc.putObject("suspended");
+      lease.put("count", suspended.count());
+      // To one decimal as the Python client writes it, so that the same ack reads the same.
+      lease.put("lastSeconds",
+          BigDecimal.valueOf(suspended.lastSeconds()).setScale(1, RoundingMode.HALF_EVEN));
     }
     return doc.toString();
   }
@@ -87,11 +113,23 @@ public record Ack(
       }
       failing.put(e.getKey(), e.getValue().asText());
     }
+    Suspensions suspended = null;
+    JsonNode lease = doc.path("suspended");
+    if (!lease.isMissingNode() && !lease.isNull()) {
+      JsonNode last = lease.path("lastSeconds");
+      if (!last.isNumber() || !(last.asDouble() >= 0) || Double.isInfinite(last.asDouble())) {
+        throw new AssignmentFormatException(
+            "ack annotation: suspended must hold count and lastSeconds (seconds, >= 0)");
+      }
+      suspended = new Suspensions(
+          Json.count(lease.get("count"), "ack annotation: suspended.count"), last.asDouble());
+    }
     return new Ack(
         Json.string(doc.get("uid"), "ack annotation: uid"),
         Json.count(doc.get("epoch"), "ack annotation: epoch"),
         pending,
         draining.asBoolean(false),
-        failing);
+        failing,
+        suspended);
   }
 }

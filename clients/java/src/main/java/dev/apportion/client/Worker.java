@@ -139,6 +139,7 @@ public final class Worker implements AutoCloseable {
   /** resourceVersion of the root whose table was handled last: a confirmation compares it. */
   private String handledVersion;
   private boolean suspended;
+  private double suspendedAt; // on the lease's clock: when the lease ran out
   private long leaseExpiries;
   private long releaseFailures;
   private Duration grace = Duration.ofSeconds(30);
@@ -416,6 +417,7 @@ public final class Worker implements AutoCloseable {
       suspended = suspend;
       epoch = state.epoch();
       if (suspend) {
+        suspendedAt = lease.expiresAt();
         leaseExpiries++;
         units = Set.copyOf(state.held().keySet());
         LOG.warning(String.format(
@@ -423,6 +425,8 @@ public final class Worker implements AutoCloseable {
                 + " %d unit(s) until the API server confirms it again",
             lease.now() - lease.confirmedAt(), units.size()));
       } else {
+        state.resumed(lease.now() - suspendedAt);
+        lock.notifyAll(); // tell the operator now what could not be written meanwhile
         units = Set.copyOf(state.myUnits());
         LOG.info("assignment confirmed again at epoch " + epoch + ": serving " + units.size()
             + " unit(s)");

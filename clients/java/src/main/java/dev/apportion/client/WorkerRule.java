@@ -165,12 +165,13 @@ public final class WorkerRule {
       Incarnation me,
       Set<String> pending,
       boolean draining,
-      Map<String, String> failing) {
+      Map<String, String> failing,
+      Ack.Suspensions suspended) {
     Set<String> still = new HashSet<>(pending);
     still.retainAll(releasingUnits(table, me));
     Map<String, String> why = new HashMap<>(failing);
     why.keySet().retainAll(still);
-    return new Ack(me.uid(), table.epoch(), still, draining, why);
+    return new Ack(me.uid(), table.epoch(), still, draining, why, suspended);
   }
 
   /** Whether to act on {@code next} after {@code last}: epochs only move forward within one set

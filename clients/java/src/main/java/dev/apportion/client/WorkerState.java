@@ -55,6 +55,7 @@ public final class WorkerState {
   private Integer heldCount;
   private final Set<String> busy = new HashSet<>();
   private final Map<String, String> failing = new HashMap<>();
+  private Ack.Suspensions suspensions;
   private boolean draining;
   private Ack written;
 
@@ -270,6 +271,13 @@ public final class WorkerState {
     return Map.copyOf(held);
   }
 
+  /** The serving lease holds again after running out for {@code suspendedSeconds}: the next ack
+   * says so, for the operator to report what nobody could write while it lasted. */
+  public void resumed(double suspendedSeconds) {
+    long count = suspensions == null ? 1 : suspensions.count() + 1;
+    suspensions = new Ack.Suspensions(count, suspendedSeconds);
+  }
+
   public void startDraining() {
     draining = true;
   }
@@ -291,13 +299,15 @@ public final class WorkerState {
       // unit released whose state is still in its parents here, not handed over.
       return null;
     }
-    Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining, failing);
+    Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining, failing, suspensions);
     Set<String> released = WorkerRule.releasingUnits(view, me);
     released.removeAll(ack.pending());
     // A change in which releases fail is news for the operator; a new message alone is not
     // (that would be a Pod write per retry).
     Set<String> failed = mine == null ? Set.of() : mine.failing().keySet();
-    if (flagStale || !ack.failing().keySet().equals(failed)) {
+    boolean news = !ack.failing().keySet().equals(failed)
+        || !java.util.Objects.equals(ack.suspended(), mine == null ? null : mine.suspended());
+    if (flagStale || news) {
       return ack;
     }
     for (String unit : released) {

@@ -241,6 +241,8 @@ class ConformanceTest {
         did.put("handled", state.receive(AssignmentCodec.fromDocument(step.get("table"))));
       } else if (step.has("found")) {
         state.ackWritten(Ack.fromAnnotation(step.get("found").toString()));
+      } else if (step.path("signal").asText().equals("resumed")) {
+        state.resumed(step.get("suspendedFor").asDouble());
       } else if (step.has("signal")) {
         assertEquals("drain", step.get("signal").asText());
         state.startDraining();

@@ -323,7 +323,12 @@ class WorkerTest {
     assertTrue(worker.owns("0") && worker.owns("1"));
     await(() -> callbacks.calls.contains("resume [0, 1]"));
     assertEquals(List.of("acquire [0, 1]", "suspend [0, 1]", "resume [0, 1]"), callbacks.calls);
-    assertEquals(acked, acks.size()); // nothing released, revoked or acknowledged for it
+    // One ack, for the operator's report: the same epoch, nothing released or pending.
+    await(() -> acks.size() == acked + 1);
+    Ack told = acks.get(acked);
+    assertEquals(Set.of(), told.pending());
+    assertEquals(1, told.epoch());
+    assertEquals(1, told.suspended().count());
     assertEquals(1, worker.leaseExpiries());
   }
 
