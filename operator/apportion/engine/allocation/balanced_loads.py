@@ -704,7 +704,10 @@ class _Planner:
             return None
         host, (unit, x) = max(self.hot.items(), key=lambda kv: kv[1][1] / self.cap[kv[0]])
         floor = x / self.cap[host] / mean
-        split = max(2, math.ceil(x / (mean * self.cap[host])))
+        if not math.isfinite(floor):  # loads at the edge of floating point: no advice to give
+            return None
+        # From `floor`, not x / (mean * cap): that product underflows to 0 for denormal loads.
+        split = max(2, math.ceil(floor))
         self.reasons.append(
             f"unit {unit!r} alone carries {floor:.2f}x the mean member load: "
             f"split it into {split} to balance further"
