@@ -48,7 +48,7 @@ kafka-jars:
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: controlplane tools java kafka-jars postgres-deps
+test: lint controlplane tools java kafka-jars postgres-deps
 	$(BIN)/pytest tests
 
 unit: setup postgres-deps
@@ -79,8 +79,11 @@ java: java-deps postgres-deps
 bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py
 
+# Gates that fail the test run: ruff, and mypy (strict on the api and engine layers; the
+# modules still on pyproject.toml's typing-debt list are not checked yet).
 lint: setup
-	$(BIN)/ruff check operator tests bench conformance integrations
+	$(BIN)/ruff check operator tests bench conformance integrations scripts
+	$(BIN)/mypy
 
 crds: setup
 	$(BIN)/apportion crds --output crds

@@ -95,7 +95,9 @@ class ConfigMapListWatch:
         self.on_list = on_list
         self.on_event = on_event
         selectors = {"fields": fields, "labels": labels}
-        self.selectors = {key: value for key, value in selectors.items() if value is not None}
+        self.selectors: dict[str, Any] = {
+            key: dict(value) for key, value in selectors.items() if value is not None
+        }
         self.watch_timeout = watch_timeout
         self.silence_timeout = silence_timeout
         self.what = what

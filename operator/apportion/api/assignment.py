@@ -240,7 +240,11 @@ class Ack:
         suspended = doc.get("suspended")
         if suspended is not None:
             last = suspended.get("lastSeconds") if isinstance(suspended, dict) else None
-            if type(last) not in (int, float) or not 0 <= last < math.inf:
+            if (
+                not isinstance(last, int | float)
+                or isinstance(last, bool)
+                or not 0 <= last < math.inf
+            ):
                 raise AssignmentFormatError(
                     "ack annotation: suspended must hold count and lastSeconds (seconds, >= 0)"
                 )

@@ -101,7 +101,8 @@ class ApiModel(BaseModel):
         """The compact wire form: camelCase names, without None and empty lists or maps (as Go's
         omitempty). For a merge patch that must clear old values, use `model_dump(mode="json")`:
         its nulls delete fields and its empty lists replace old ones."""
-        return _compact(self.model_dump(mode="json", by_alias=True))
+        compact: dict[str, Any] = _compact(self.model_dump(mode="json", by_alias=True))
+        return compact
 
 
 # --- bounded scalar types -----------------------------------------------------------------------
@@ -422,12 +423,12 @@ class ScrapeSpec(ApiModel):
         description="HTTP path of the metrics endpoint.",
     )
     interval: Duration = Field(
-        "10s",
+        parse_duration("10s"),
         description="How often each pod is scraped.",
         json_schema_extra=min_duration("scrape.interval", "1s"),
     )
     timeout: Duration = Field(
-        "2s",
+        parse_duration("2s"),
         description="Timeout of one scrape.",
         json_schema_extra=min_duration("scrape.timeout", "100ms"),
     )
@@ -437,7 +438,7 @@ class Smoothing(ApiModel):
     """How load samples are smoothed before placement decisions use them."""
 
     half_life: Duration = Field(
-        "30s",
+        parse_duration("30s"),
         description="Half-life of the exponentially weighted moving average of each load figure; "
         "longer is steadier, shorter reacts faster.",
         json_schema_extra=min_duration("smoothing.halfLife", "1s"),

@@ -32,6 +32,7 @@ from apportion.api.common import (
     cel,
     defaulted,
     min_duration,
+    parse_duration,
     strategy_option_rules,
     validations,
 )
@@ -237,13 +238,13 @@ class PublishPolicy(ApiModel):
     """How often the placement table is written. Membership changes are published at once."""
 
     interval: Duration = Field(
-        "1s",
+        parse_duration("1s"),
         description="How often load figures are evaluated for publishing (Orleans' load "
         "publisher period).",
         json_schema_extra=min_duration("publish.interval", "100ms"),
     )
     min_interval: Duration = Field(
-        "2s",
+        parse_duration("2s"),
         description="Load-only updates are written at most this often.",
         json_schema_extra=min_duration("publish.minInterval", "100ms"),
     )

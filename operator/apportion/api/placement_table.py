@@ -92,7 +92,7 @@ class GrainTypeRef(ApiModel):
 class PlacementTableDocument(ApiModel):
     """Everything a worker needs to place a new activation of the table's grain types."""
 
-    api_version: Literal["apportion.dev/v1alpha1"] = API_VERSION
+    api_version: Literal["apportion.dev/v1alpha1"] = "apportion.dev/v1alpha1"
     kind: Literal["PlacementTable"] = TABLE_KIND
     grain_type: GrainTypeRef
     grain_types: list[str] = Field(description="Grain type names this table places.")
@@ -142,7 +142,9 @@ class PlacementTableDocument(ApiModel):
 # ----------------------------------------------------------------------------------- ConfigMap
 
 
-def to_configmap(doc: PlacementTableDocument, *, owner_api_version: str = API_VERSION) -> dict:
+def to_configmap(
+    doc: PlacementTableDocument, *, owner_api_version: str = API_VERSION
+) -> dict[str, Any]:
     """The whole ConfigMap, owned by its GrainType (controller=true, so the garbage collector
     deletes it with the GrainType)."""
     ref = doc.grain_type

@@ -23,7 +23,7 @@ _QUANTITY_RE = re.compile(
     r"(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?:(?P<exponent>[eE][+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)"
 )
-_SUFFIXES = {
+_SUFFIXES: dict[str | None, Decimal] = {
     None: Decimal(1),
     "n": Decimal("1e-9"),
     "u": Decimal("1e-6"),

@@ -102,7 +102,12 @@ class Resource(ApiModel):
     @classmethod
     def status_model(cls) -> type[BaseModel]:
         annotation = cls.model_fields["status"].annotation
-        return next(a for a in annotation.__args__ if a is not type(None))  # type: ignore[union-attr]
+        model: type[BaseModel] = next(
+            a
+            for a in annotation.__args__  # type: ignore[union-attr]
+            if a is not type(None)
+        )
+        return model
 
     @classmethod
     def from_raw(cls, obj: Mapping[str, Any]) -> Self:

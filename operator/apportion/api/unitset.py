@@ -10,7 +10,7 @@ import hashlib
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
@@ -32,6 +32,7 @@ from apportion.api.common import (
     defaulted,
     list_map,
     min_duration,
+    parse_duration,
     strategy_option_rules,
     validations,
 )
@@ -266,7 +267,7 @@ class RebalancePolicy(ApiModel):
     )
 
     interval: Duration = Field(
-        "10s",
+        parse_duration("10s"),
         description="Time between rebalance rounds (Akka's rebalance-interval).",
         json_schema_extra=min_duration("rebalance.interval", "1s"),
     )
@@ -286,7 +287,7 @@ class RebalancePolicy(ApiModel):
         "pods that are gone still move).",
     )
     handoff_timeout: Duration = Field(
-        "60s",
+        parse_duration("60s"),
         description="How long a releasing member has to acknowledge a hand-off before the unit "
         "is reassigned anyway (Akka's handoff-timeout).",
         json_schema_extra=min_duration("rebalance.handoffTimeout", "1s"),
@@ -335,7 +336,7 @@ class StartupPolicy(ApiModel):
         "workloadRef, the first ready member.",
     )
     timeout: Duration = Field(
-        "60s",
+        parse_duration("60s"),
         description="How long the first placement waits for the workload's replicas when "
         "minMembers is not set (from the set's creation).",
         json_schema_extra=min_duration("startup.timeout", "1s"),
@@ -392,6 +393,9 @@ def unit_set_rules(count_field: str) -> dict[str, Any]:
 
 class UnitSetSpec(ApiModel):
     """Fields common to PartitionSet and ShardSet specs."""
+
+    if TYPE_CHECKING:  # each kind declares it, with its own default and description
+        key_scheme: KeySchemeName
 
     selector: LabelSelector | None = Field(
         None,

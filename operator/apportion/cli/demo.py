@@ -55,7 +55,7 @@ class DemoError(Exception):
     """The demo cannot go on; the message says why and what to look at."""
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="run the operator and the samples on a local dev-cluster (make demo)",

@@ -18,7 +18,7 @@ import os
 KINDS = ("PartitionSet", "ShardSet")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo-traffic",
         help="the demo's load generator: Zipf-skewed requests to the samples' workers",

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from apportion.worker.demo import LoadProfile
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "demo-worker",
         help="the demo worker the samples run (needs POD_NAME, POD_NAMESPACE)",

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "dev-cluster",
         help="local kube-apiserver + controller-manager + etcd + pod simulator",

@@ -11,7 +11,7 @@ EXIT_NOT_PLACED = 1
 EXIT_ERROR = 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "explain",
         help="explain a placement decision",

@@ -17,7 +17,7 @@ SCHEMES = ("apportion", "netherite", "akka")
 EXIT_BAD_INPUT = 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "locate",
         help="print the unit of each ID",

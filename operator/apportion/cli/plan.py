@@ -10,7 +10,7 @@ from typing import Any
 EXIT_BAD_INPUT = 2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "plan",
         help="plan unit moves for a snapshot of members and assignment",

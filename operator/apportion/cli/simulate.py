@@ -17,7 +17,7 @@ EXIT_BAD_INPUT = 2
 PROG = "apportion simulate"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run placement scenarios and print balance, moves and rounds per step",

@@ -121,7 +121,7 @@ def invert_assignment(assignment: Mapping[str, Iterable[str]]) -> dict[str, str]
 
 def step(
     published: AssignmentTable,
-    target: Mapping[str, str],
+    target: Mapping[str, str | None],
     acks: Mapping[str, Ack],
     live_members: Mapping[str, LivePod],
     now: float,
@@ -170,7 +170,7 @@ def step(
         wanted = target.get(unit)
         owner = state.owner
         owner_pod = live_members.get(owner) if owner is not None else None
-        alive = owner_pod is not None and owner_pod.uid == known_uid[owner]
+        alive = owner is not None and owner_pod is not None and owner_pod.uid == known_uid[owner]
         if alive and state.releasing is None and (wanted is None or wanted == owner):
             continue  # the common case, kept cheap for 100k-unit tables: nothing to do
         destination = wanted if wanted in live_members and wanted not in draining else None

@@ -21,13 +21,15 @@ system libxxhash) when it is installed — :data:`NATIVE` says so — and on the
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
 from typing import Final, Protocol
 
 import numpy as np
 import xxhash
 
+_native: ModuleType | None
 try:
-    from apportion.engine import _keys as _native
+    import apportion.engine._keys as _native
 except ImportError:  # installed without a C compiler or libxxhash-dev
     _native = None
 

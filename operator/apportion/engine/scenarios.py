@@ -244,7 +244,8 @@ def zipf_ranks(units: int, exponent: float, rng: np.random.Generator) -> np.ndar
     """Zipf loads ``1 / rank^exponent`` over a random ranking of the units, mean 1."""
     weights = 1.0 / np.arange(1, units + 1, dtype=float) ** exponent
     loads = weights[rng.permutation(units)]
-    return loads * (units / loads.sum())
+    scaled: np.ndarray = loads * (units / loads.sum())
+    return scaled
 
 
 def zipf_load(

@@ -308,10 +308,12 @@ def imbalance(
         return None
     # A unit not measured (yet) counts as the mean measured load, as Balanced assumes.
     default = math.fsum(loads.values()) / len(loads) if loads else 1.0
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = {}
     for unit, owner in owners.items():
         if owner in eligible:
-            totals[owner] += 1.0 if loads is None else loads.get(unit, default)
+            totals[owner] = totals.get(owner, 0.0) + (
+                1.0 if loads is None else loads.get(unit, default)
+            )
     whole = sum(totals.values())
     if whole <= 0:
         return None
@@ -319,7 +321,7 @@ def imbalance(
     mean = whole / capacity
     if mean <= 0:  # tiny loads whose mean underflows
         return None
-    return max(totals[name] / m.capacity for name, m in eligible.items()) / mean
+    return max(totals.get(name, 0.0) / m.capacity for name, m in eligible.items()) / mean
 
 
 def startup_barrier(inp: PassInput) -> tuple[Problem, float | None] | None:
@@ -575,19 +577,19 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
             held_by.setdefault(owner, []).append(unit)
             owned += 1
     releasing = sum(1 for state in table.units.values() if state.releasing is not None)
-    rows = sorted(
-        (
-            {
-                "member": name,
-                "units": len(units),
-                "load": None
-                if s.loads is None
-                else f"{sum(s.loads.get(u, 0.0) for u in units):.2f}",
-            }
-            for name, units in held_by.items()
-        ),
-        key=lambda r: (-(float(r["load"]) if r["load"] else r["units"]), natural_key(r["member"])),
-    )[:MAX_MEMBER_ROWS]
+
+    def weight(name: str) -> float:
+        units = held_by[name]
+        return len(units) if s.loads is None else sum(s.loads.get(u, 0.0) for u in units)
+
+    rows = [
+        {
+            "member": name,
+            "units": len(held_by[name]),
+            "load": None if s.loads is None else f"{weight(name):.2f}",
+        }
+        for name in sorted(held_by, key=lambda n: (-float(f"{weight(n):.2f}"), natural_key(n)))
+    ][:MAX_MEMBER_ROWS]
     problems = [*result.problems, *s.extra_problems]
     reshard = result.resharding
     new_count = reshard is not None and table.count != reshard.lineage.from_count
@@ -692,9 +694,9 @@ def _conditions(
             f"{reshard.total} ready to publish",
         )
     else:
-        lineage = s.table.lineage
-        since = "" if lineage is None else f", resharded from {lineage.from_count} at epoch "
-        since += "" if lineage is None else str(lineage.epoch)
+        grew_from = s.table.lineage
+        since = "" if grew_from is None else f", resharded from {grew_from.from_count} at epoch "
+        since += "" if grew_from is None else str(grew_from.epoch)
         resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
 
     conditions: list[Condition] = list(s.conditions)  # type: ignore[arg-type]

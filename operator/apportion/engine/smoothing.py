@@ -18,7 +18,7 @@ def decay(elapsed: float, half_life: float) -> float:
     """Weight left to the old average after `elapsed` seconds: 1/2 per half-life."""
     if half_life <= 0:
         raise ValueError(f"half-life must be > 0, got {half_life}")
-    return 0.5 ** (max(elapsed, 0.0) / half_life)
+    return float(0.5 ** (max(elapsed, 0.0) / half_life))
 
 
 class UnitLoadSmoother:

@@ -239,9 +239,9 @@ class PlacementDirector:
         with self._lock:
             current = self._placers.get(name)
             same_object = current is not None and current.doc.grain_type.uid == doc.grain_type.uid
-            if same_object and doc.version <= current.doc.version:
+            if current is not None and same_object and doc.version <= current.doc.version:
                 return False
-            if same_object and current.spec_key == _spec_key(doc):
+            if current is not None and same_object and current.spec_key == _spec_key(doc):
                 routes_changed = (current.doc.grain_types, current.doc.default) != (
                     doc.grain_types,
                     doc.default,

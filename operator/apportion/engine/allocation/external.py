@@ -114,8 +114,8 @@ class External:
         )
         sub = self.fallback.plan(rest)
         for move in sub.moves:
-            origin = state.index.get(move.source, move.source) if move.source else None
-            builder.move(move.unit, origin, state.index[move.target])
+            came_from = state.index.get(move.source, move.source) if move.source else None
+            builder.move(move.unit, came_from, state.index[move.target])
         reasons.extend(sub.metrics.reasons)
 
         targets, _ = target_members(state)

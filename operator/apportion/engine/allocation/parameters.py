@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from apportion.api.unitset import IMBALANCE_TOLERANCES as TOLERANCES
+from apportion.api.unitset import IMBALANCE_TOLERANCES
+
+TOLERANCES = IMBALANCE_TOLERANCES
+"""Imbalance tolerance per strategy name, as the API documents them."""
 
 
 @dataclass(frozen=True, slots=True)

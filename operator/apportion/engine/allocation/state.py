@@ -8,7 +8,7 @@ duplicated, assignment == request assignment with the moves applied) from one pl
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,11 +75,11 @@ def index_request(request: AllocationRequest) -> State:
     for name, units in request.assignment.items():
         kept = list(units) if scope is None else [u for u in units if u in scope]
         dropped += len(units) - len(kept)
-        i = index.get(name)
-        if i is None:
+        at = index.get(name)
+        if at is None:
             homeless.extend((u, name) for u in kept)
         else:
-            held[i] = kept
+            held[at] = kept
     if request.units is not None and scope is not None:
         homeless.extend((u, None) for u in request.units if u not in assigned)
 
@@ -133,7 +133,7 @@ def target_members(state: State) -> tuple[list[int], str | None]:
     Ready, not draining, capacity > 0; if there is none, ready ones (draining allowed); then any
     with capacity. Units never go to a not-ready or draining member while another exists.
     """
-    tiers = (
+    tiers: tuple[tuple[Callable[[Member], bool], str | None], ...] = (
         (lambda m: m.eligible, None),
         (
             lambda m: m.ready and m.capacity > 0,
@@ -244,8 +244,8 @@ class PlanBuilder:
         counts = [len(h) for h in self.state.held]
         for i, units in self._removed.items():
             counts[i] -= len(units)
-        for i, units in self._added.items():
-            counts[i] += len(units)
+        for i, added in self._added.items():
+            counts[i] += len(added)
         return counts
 
     def build(self, metrics: PlanMetrics) -> Plan:

@@ -163,7 +163,9 @@ def make_grain_strategy(
         target = entry_point if entry_point is not None else name
         if not isinstance(target, str) or not target:
             raise GrainSpecError(f"entryPoint must be a non-empty string, got {target!r}")
-        custom = _load_entry_point(STRATEGY_ENTRY_POINTS, target, GrainStrategy)
+        custom: type[GrainStrategy] = _load_entry_point(
+            STRATEGY_ENTRY_POINTS, target, GrainStrategy
+        )
         return custom.from_spec(spec, filters=built_filters, rng=rng)
     unknown = set(spec) - _SPEC_KEYS
     if unknown:
