@@ -532,14 +532,14 @@ class DemoWorker:
                         refused.current,
                         w.pod_name,
                     )
-                    body = {
+                    refusal: dict[str, object] = {
                         "key": key,
                         "unit": unit,
                         "pod": w.pod_name,
                         "token": token,
                         "current": refused.current,
                     }
-                    return web.json_response(body, status=409)
+                    return web.json_response(refusal, status=409)
             if increment:
                 value = counters.increment(counts, key, number).count
             else:
