@@ -14,13 +14,16 @@ RUN apt-get update \
          apt-get install -y --no-install-recommends python3-dev; fi \
     && rm -rf /var/lib/apt/lists/*
 RUN python3 -m venv /opt/apportion
+# The pip extras installed: the operator's by default; the dev-cluster's real node adds
+# `postgres` (psycopg) for the demo workers' fenced writes, which the product image never makes.
+ARG EXTRAS=operator
 COPY pyproject.toml README.md /src/
 COPY operator /src/operator
 # A build behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is
 # mounted for this step only and never lands in a layer.
 RUN --mount=type=secret,id=ca-bundle \
     if [ -f /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
-    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check '/src[operator]' \
+    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check "/src[${EXTRAS}]" \
     && /opt/apportion/bin/pip uninstall --yes --quiet pip setuptools \
     && rm -rf /src
 

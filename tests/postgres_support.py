@@ -5,8 +5,12 @@ for production.
         server.dsn()                    # "host=127.0.0.1 port=… user=postgres dbname=postgres"
         server.create_database("case")  # the dsn of a fresh, empty database
 
+    PostgresServer(address="10.244.0.1", clients="10.244.0.0/16")  # reachable from pods
+
 Start: `initdb` into a fresh directory (trust authentication for the superuser `postgres`),
-then `pg_ctl start` listening on 127.0.0.1 and a free port only, no Unix socket. PostgreSQL
+then `pg_ctl start` listening on `address` (127.0.0.1 by default) and a free port only, no Unix
+socket; `clients`, a network, is trusted as well (the real node's pods, which reach the host on
+its bridge address). PostgreSQL
 refuses to run as root, so as root both run as the `postgres` user Debian's package creates
 (`runuser`), in a directory under the system's temporary directory that this user owns
 (pytest's own temporary directories are private to root). Stop: `pg_ctl stop -m fast`, then
@@ -35,7 +39,6 @@ DEPS: Final = REPO / "scripts" / "postgres-deps.sh"
 INITDB: Final = ("-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
 """The superuser `postgres`, no password on loopback; C collation, no fsync of the new files."""
 SETTINGS: Final = (
-    "listen_addresses = '127.0.0.1'",
     "unix_socket_directories = ''",
     # Durability is not what these tests are about, and the machines running them are slow.
     "fsync = off",
@@ -65,9 +68,9 @@ def bindir() -> Path:
     return found
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((address, 0))
         return int(s.getsockname()[1])
 
 
@@ -76,7 +79,9 @@ class PostgresError(RuntimeError):
 
 
 class PostgresServer:
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1", clients: str | None = None) -> None:
+        self.address = address
+        self.clients = clients
         self.port = 0
         self.bin = Path()
         self.root: Path | None = None
@@ -93,7 +98,7 @@ class PostgresServer:
         return self.root / "server.log"
 
     def dsn(self, database: str = "postgres") -> str:
-        return f"host=127.0.0.1 port={self.port} user=postgres dbname={database}"
+        return f"host={self.address} port={self.port} user=postgres dbname={database}"
 
     def __enter__(self) -> PostgresServer:
         self.start()
@@ -122,9 +127,13 @@ class PostgresServer:
         if done.returncode:
             self.stop()
             raise PostgresError(f"initdb failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-        self.port = free_port()
+        self.port = free_port(self.address)
         with (self.data / "postgresql.conf").open("a") as conf:
-            conf.write("\n".join([*SETTINGS, f"port = {self.port}", ""]))
+            listen = [f"listen_addresses = '{self.address}'", f"port = {self.port}"]
+            conf.write("\n".join([*SETTINGS, *listen, ""]))
+        if self.clients:
+            with (self.data / "pg_hba.conf").open("a") as hba:
+                hba.write(f"host all postgres {self.clients} trust\n")
         done = self._run("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log), "-w")
         if done.returncode:
             tail = self.tail()

@@ -7,6 +7,7 @@ workers follow its placement as containers, with SIGTERM and grace periods from 
 from __future__ import annotations
 
 import json
+import math
 import re
 import secrets
 import subprocess
@@ -15,16 +16,19 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
-from unitset_support import overlaps, ownership_lines, read_table
+from postgres_support import PostgresServer
+from unitset_support import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
 from apportion.devcluster import DevCluster, KubectlError
-from apportion.devcluster.realnode.host import GATEWAY
+from apportion.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion.devcluster.realnode.images import IMAGE, for_real_node
 from apportion.devcluster.realnode.node import NODE_NAME
 
@@ -574,18 +578,19 @@ def test_a_deployment_scale_in_removes_the_pod_the_deletion_cost_names(
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
 
 
-# Run inside a demo worker container: the HTTP status it gives a key of each partition named on
-# the command line (netherite `k!n` names partition n), as JSON.
+# Run inside a demo worker container: the HTTP status and body it gives a key of each partition
+# named on the command line (netherite `k!n` names partition n), as JSON.
 ASK_KEYS = textwrap.dedent(
     """
     import json, sys, urllib.error, urllib.request
-    statuses = {}
+    answers = {}
     for unit in sys.argv[1:]:
         try:
-            statuses[unit] = urllib.request.urlopen(f"http://127.0.0.1:8080/key/k!{unit}").status
+            answer = urllib.request.urlopen(f"http://127.0.0.1:8080/key/k!{unit}")
         except urllib.error.HTTPError as error:
-            statuses[unit] = error.code
-    print(json.dumps(statuses))
+            answer = error
+        answers[unit] = [answer.status, answer.read().decode()]
+    print(json.dumps(answers))
     """
 )
 
@@ -602,23 +607,113 @@ def _pod_netns(pod_ip: str) -> str:
     raise LookupError(f"no network namespace holds {pod_ip}")
 
 
-# Before the Helm test, which replaces the kustomize install and uninstalls it at the end.
-def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
-    installed_operator: DevCluster, wait_for: Callable[..., Any]
-) -> None:
-    """The issue's fault injection: pod-0's packets to the API server dropped in its own network
-    namespace (iptables), its units released by a drain: it stops serving when its lease runs
-    out, before handoffTimeout gives them to the others, so no unit is ever served by two pods
-    (judged from the workers' own logs and by asking pod-0 for every key it lost)."""
-    cluster = installed_operator
+@dataclass
+class CutOffDemo:
+    """The PartitionSet sample under `whenCutOff: <policy>` with handoffTimeout 20 s (serving
+    lease 20/3 s), Balanced, every unit served once; `cut_and_drain()` then cuts pod-0 off from
+    the API server and drains it."""
+
+    cluster: DevCluster
+    namespace: str
+    held: list[str]  # pod-0's units before the cut
+    victim: str = "demo-workers-0"
+    netns: str = ""
+    rules: list[list[str]] = field(default_factory=list)
+    cut: float = 0.0
+    answers: dict[str, list[Any]] = field(default_factory=dict)
+
+    def cut_and_drain(self, wait_for: Callable[..., Any]) -> list[str]:
+        """Drop pod-0's packets to the API server in its own network namespace (iptables), and
+        only those: the pod still reaches anything else, PostgreSQL on the host included. Then
+        drain it, and return its units once the table gives every one to another pod."""
+        kubectl = self.cluster.kubectl
+        pod = json.loads(
+            kubectl("get", "pod", self.victim, "-n", self.namespace, "-o", "json").stdout
+        )
+        self.netns = _pod_netns(pod["status"]["podIP"])
+        service = json.loads(
+            kubectl("get", "service", "kubernetes", "-n", "default", "-o", "json").stdout
+        )
+        # Both ways: with only the pod's packets dropped, the API server's still arrive, and a
+        # watch delivers the next table or two over its open connection before the server stops
+        # sending for want of ACKs; the pod would then see its release. The worker dials the
+        # Service, which kube-proxy translates on the host, outside the pod's namespace; the
+        # API server's own address (on the bridge) is dropped too, for a connection made there.
+        slices = kubectl(
+            "get", "endpointslices", "-n", "default", "-l", "kubernetes.io/service-name=kubernetes",
+            "-o", "jsonpath={.items[0].ports[0].port}",
+        ).stdout  # fmt: skip
+        for address, port in (
+            (service["spec"]["clusterIP"], service["spec"]["ports"][0]["port"]),
+            (GATEWAY, int(slices)),
+        ):
+            for rule in (
+                ["OUTPUT", "-d", address, "-p", "tcp", "--dport", str(port), "-j", "DROP"],
+                ["INPUT", "-s", address, "-p", "tcp", "--sport", str(port), "-j", "DROP"],
+            ):
+                subprocess.run(
+                    ["ip", "netns", "exec", self.netns, "iptables", "-I", *rule], check=True
+                )
+                self.rules.append(rule)
+        self.cut = time.time()
+        kubectl("annotate", "pod", self.victim, "-n", self.namespace, "apportion.dev/drain=true")
+
+        def moved() -> list[str] | None:
+            now = _table_of(self.cluster, self.namespace)
+            gone = [u for u in self.held if now.get(u) not in (self.victim, None)]
+            return gone if len(gone) == len(self.held) else None
+
+        lost: list[str] = wait_for(moved, timeout=90, message="pod-0's units never moved")
+        return lost
+
+    def lift(self) -> None:
+        while self.rules:
+            rule = self.rules.pop()
+            subprocess.run(
+                ["ip", "netns", "exec", self.netns, "iptables", "-D", *rule], check=False
+            )
+
+    def ask(self, pod: str, units: list[str]) -> dict[str, int]:
+        """The HTTP status `pod` gives a GET of key `k!u` (in partition u) for each unit; the
+        bodies are kept in `answers` for failure messages."""
+        asked = self.cluster.kubectl(
+            "exec", "-n", self.namespace, pod, "--", "python3", "-c", ASK_KEYS, *units
+        )
+        self.answers = json.loads(asked.stdout)
+        return {unit: int(status) for unit, (status, _) in self.answers.items()}
+
+    def log(self, pod: str) -> str:
+        return self.cluster.kubectl("logs", "-n", self.namespace, pod).stdout
+
+    def ownership(self) -> list[Ownership]:
+        """Every worker's ownership lines, in time order."""
+        log = []
+        for i in range(4):
+            log += ownership_lines(
+                self.log(f"demo-workers-{i}"), f"demo-workers-{i}", "PartitionSet/demo"
+            )
+        return sorted(log, key=lambda o: o.time)
+
+
+@contextmanager
+def cut_off_demo(
+    cluster: DevCluster,
+    wait_for: Callable[..., Any],
+    policy: str,
+    postgres: str | None = None,
+) -> Iterator[CutOffDemo]:
+    """A CutOffDemo in a namespace of its own; with `postgres`, the workers write every request
+    by key there through fenced writes. The cut is lifted and the namespace deleted after."""
     namespace = f"cut-{secrets.token_hex(3)}"
     docs = [d for d in yaml.safe_load_all(sample("partitionset-demo.yaml")) if d]
     for doc in docs:
         if doc["kind"] == "PartitionSet":
-            doc["spec"]["rebalance"]["handoffTimeout"] = "20s"  # serving lease 20/3 s
+            doc["spec"]["rebalance"].update(handoffTimeout="20s", whenCutOff=policy)
+        if doc["kind"] == "StatefulSet" and postgres is not None:
+            (container,) = doc["spec"]["template"]["spec"]["containers"]
+            container["env"].append({"name": "APPORTION_DEMO_POSTGRES", "value": postgres})
     cluster.kubectl("create", "namespace", namespace)
-    rules: list[list[str]] = []
-    netns = ""
+    demo: CutOffDemo | None = None
     try:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
         wait_for(
@@ -629,64 +724,141 @@ def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
             timeout=180,
             message="never Balanced",
         )
-        victim = "demo-workers-0"
         every_unit = sorted(str(u) for u in range(32))
         served = wait_for(
             lambda: _serving_every_unit_once(cluster, namespace, "app=demo-workers", every_unit),
             message="the workers never served every unit once",
         )
-        held = sorted(served[victim], key=int)
-        assert held
-        pod = json.loads(
-            cluster.kubectl("get", "pod", victim, "-n", namespace, "-o", "json").stdout
-        )
-        netns = _pod_netns(pod["status"]["podIP"])
-        service = cluster.kubectl(
-            "get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
-        ).stdout
-        for address in (service, GATEWAY):
-            rule = ["OUTPUT", "-d", address, "-p", "tcp", "-j", "DROP"]
-            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-I", *rule], check=True)
-            rules.append(rule)
-        cut = time.time()
-        cluster.kubectl("annotate", "pod", victim, "-n", namespace, "apportion.dev/drain=true")
-
-        def moved() -> list[str] | None:
-            now = _table_of(cluster, namespace)
-            gone = [u for u in held if now.get(u) not in (victim, None)]
-            return gone if len(gone) == len(held) else None
-
-        lost = wait_for(moved, timeout=90, message="pod-0's units never moved")
-        asked = cluster.kubectl(
-            "exec", "-n", namespace, victim, "--", "python3", "-c", ASK_KEYS, *lost
-        )
-        assert 200 not in json.loads(asked.stdout).values(), asked.stdout
-        events = json.loads(cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout)
-        assert "HandoffTimedOut" in {e["reason"] for e in events["items"]}
+        demo = CutOffDemo(cluster, namespace, sorted(served["demo-workers-0"], key=int))
+        assert demo.held
+        yield demo
     finally:
-        for rule in rules:
-            subprocess.run(["ip", "netns", "exec", netns, "iptables", "-D", *rule], check=False)
-    try:
-        log = []
-        for i in range(4):
-            name = f"demo-workers-{i}"
-            text = cluster.kubectl("logs", "-n", namespace, name).stdout
-            log += ownership_lines(text, name, "PartitionSet/demo")
-        log.sort(key=lambda o: o.time)
+        if demo is not None:
+            demo.lift()
+        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+# Before the Helm test, which replaces the kustomize install and uninstalls it at the end.
+def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    """The issue's fault injection: pod-0's packets to the API server dropped in its own network
+    namespace (iptables), its units released by a drain: it stops serving when its lease runs
+    out, before handoffTimeout gives them to the others, so no unit is ever served by two pods
+    (judged from the workers' own logs and by asking pod-0 for every key it lost)."""
+    cluster = installed_operator
+    with cut_off_demo(cluster, wait_for, "StopServing") as demo:
+        lost = demo.cut_and_drain(wait_for)
+        assert 200 not in demo.ask(demo.victim, lost).values()
+        events = json.loads(
+            cluster.kubectl("get", "events", "-n", demo.namespace, "-o", "json").stdout
+        )
+        assert "HandoffTimedOut" in {e["reason"] for e in events["items"]}
+        demo.lift()
+        log = demo.ownership()
         assert overlaps(log) == []
         stopped = [
-            o.time for o in log if o.pod == victim and o.action == "suspend" and o.time > cut
+            o.time
+            for o in log
+            if o.pod == demo.victim and o.action == "suspend" and o.time > demo.cut
         ]
         taken = [
-            o.time for o in log if o.pod != victim and o.action == "acquire" and o.unit in lost
+            o.time for o in log if o.pod != demo.victim and o.action == "acquire" and o.unit in lost
         ]
         assert stopped and taken and max(stopped) < min(taken)
         print(
-            f"\ncut → pod-0 stopped serving: {min(stopped) - cut:.1f}s; "
-            f"cut → first unit taken over: {min(taken) - cut:.1f}s"
+            f"\ncut → pod-0 stopped serving: {min(stopped) - demo.cut:.1f}s; "
+            f"cut → first unit taken over: {min(taken) - demo.cut:.1f}s"
         )
-    finally:
-        cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_a_worker_cut_off_under_keep_serving_overlaps_and_postgres_refuses_its_writes(
+    installed_operator: DevCluster, wait_for: Callable[..., Any]
+) -> None:
+    """The same cut under `whenCutOff: KeepServing`: pod-0 goes on serving the units it lost,
+    beside their new owners, until it sees the table again; each request writes to PostgreSQL
+    through apportion.fencing under the unit's token, and the store refuses pod-0's writes once
+    a new owner wrote. The overlap is measured from the workers' own logs."""
+    cluster = installed_operator
+    # On the bridge, where pods reach the host; trusted from the pod network only.
+    with (
+        PostgresServer(address=GATEWAY, clients=CLUSTER_CIDR) as server,
+        cut_off_demo(cluster, wait_for, "KeepServing", server.dsn()) as demo,
+    ):
+        victim = demo.victim
+        # Before the cut pod-0's writes go through under its tokens.
+        assert set(demo.ask(victim, demo.held).values()) == {200}, demo.answers
+        uid = _assignment(cluster, demo.namespace, "partitionset", "demo")["metadata"]["uid"]
+        scope = f"PartitionSet/{demo.namespace}/demo/{uid}"
+        old_tokens = _fence_tokens(server.dsn(), scope)
+        assert set(old_tokens) == set(demo.held)
+
+        lost = demo.cut_and_drain(wait_for)
+        owners: dict[str, str | None] = {}
+        tokens: dict[str, int] = {}
+
+        def new_owners_served() -> bool:
+            # The owners of the table at the time: Balanced may still move a unit on after the
+            # timeout gave it to someone (pod-0 drains), and only an owner serves it.
+            table = read_table(cluster.kubectl, demo.namespace, "PartitionSet", "demo")
+            assert table is not None
+            owners.update({u: table.units[u].owner for u in lost})
+            tokens.update({u: table.units[u].epoch for u in lost})
+            return (
+                all(
+                    set(demo.ask(owner, [u for u in lost if owners[u] == owner]).values()) == {200}
+                    for owner in set(owners.values())
+                    if owner is not None
+                )
+                and None not in owners.values()
+            )
+
+        try:
+            wait_for(new_owners_served)
+        except pytest.fail.Exception:
+            pytest.fail(f"the new owners {owners} never served the units: {demo.answers}")
+        # pod-0 still serves them (KeepServing: it never stopped) but the store refuses it.
+        stale = demo.ask(victim, lost)
+        assert set(stale.values()) == {409}, demo.answers
+        refused = [line for line in demo.log(victim).splitlines() if " refused unit=" in line]
+        assert len(refused) == len(lost)
+        fence = _fence_tokens(server.dsn(), scope)
+        with psycopg.connect(server.dsn()) as conn:
+            last_writers = dict(
+                conn.execute(
+                    "SELECT unit, pod FROM apportion_demo_requests WHERE scope = %s", (scope,)
+                ).fetchall()
+            )
+        for unit in lost:
+            assert fence[unit] == tokens[unit] > old_tokens[unit]
+            assert last_writers[unit] == owners[unit]
+
+        demo.lift()
+        lifted = time.time()
+        # pod-0 sees the table again (its watch, silent through the cut, gives up and lists
+        # again), and stops serving what it lost: answers name the owner.
+        wait_for(
+            lambda: set(demo.ask(victim, lost).values()) == {421},
+            timeout=240,
+            message="pod-0 never stopped serving the units it lost",
+        )
+        log = demo.ownership()
+        assert overlaps(log)  # the check the StopServing test relies on sees this one
+        spans = overlap_spans(log)
+        assert set(spans) == set(lost) and all(math.isfinite(s) for s in spans.values()), spans
+        stopped = max(o.time for o in log if o.pod == victim and o.unit in lost)
+        print(
+            f"\nKeepServing: {len(lost)} units served by two pods for "
+            f"{min(spans.values()):.1f}-{max(spans.values()):.1f}s; cut → pod-0 stopped them: "
+            f"{stopped - demo.cut:.1f}s (cut lifted after {lifted - demo.cut:.1f}s); "
+            f"{len(refused)} writes of pod-0 refused by the fence, none committed"
+        )
+
+
+def _fence_tokens(dsn: str, scope: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT unit, token FROM apportion_fence WHERE scope = %s", (scope,))
+        return {unit: int(token) for unit, token in rows.fetchall()}
 
 
 def _table_of(cluster: DevCluster, namespace: str) -> dict[str, str | None]:

@@ -5,6 +5,7 @@ Events, worker logs)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -314,3 +315,26 @@ def overlaps(log: list[Ownership]) -> list[str]:
         elif holder.get(entry.unit) is not None and holder[entry.unit].pod == entry.pod:
             del holder[entry.unit]
     return found
+
+
+def overlap_spans(log: list[Ownership]) -> dict[str, float]:
+    """Per unit that two pods served at once, for how many seconds in all (from the second
+    pod's acquire or resume to the moment one of them logged it stopped); `math.inf` for an
+    overlap the log never saw end."""
+    serving: dict[str, set[str]] = {}
+    since: dict[str, float] = {}
+    spans: dict[str, float] = {}
+    for entry in log:
+        pods = serving.setdefault(entry.unit, set())
+        if entry.action in ("acquire", "resume"):
+            pods.add(entry.pod)
+        else:
+            pods.discard(entry.pod)
+        if len(pods) > 1:
+            since.setdefault(entry.unit, entry.time)
+        elif entry.unit in since:
+            start = since.pop(entry.unit)
+            spans[entry.unit] = spans.get(entry.unit, 0.0) + entry.time - start
+    for unit in since:
+        spans[unit] = math.inf
+    return spans

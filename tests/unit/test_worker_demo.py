@@ -1,13 +1,19 @@
-"""The demo worker's synthetic load (profiles, request rates) and its command line."""
+"""The demo worker's synthetic load (profiles, request rates), its command line, and its
+fenced writes to a real PostgreSQL (tests/postgres_support.py)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from typing import Any
 
+import psycopg
 import pytest
+from postgres_support import PostgresServer, free_port
 
-from apportion.worker.demo import LoadProfile, RequestRates
+from apportion.api.assignment import AssignmentTable, ResourceRef
+from apportion.worker.demo import DemoWorker, LoadProfile, RequestRates
 
 
 def test_profiles_give_each_unit_the_same_load_on_every_worker() -> None:
@@ -73,3 +79,73 @@ def test_command_line_errors_name_the_problem() -> None:
     assert profile.returncode == 2 and "--load-profile: load value '-2'" in profile.stderr
     no_pod = run("--kind", "ShardSet", "--set", "s", env={"PATH": "/usr/bin:/bin"})
     assert no_pod.returncode == 1 and "POD_NAME is not set" in no_pod.stdout
+
+
+class OneUnitWorker:
+    """What the demo's request path asks of its Worker, for a pod that believes it owns unit
+    "0" under `token` (as a pod cut off under KeepServing does)."""
+
+    def __init__(self, pod: str, token: int) -> None:
+        self.pod_name, self.epoch, self.serving = pod, token, True
+        self._token = token
+        ref = ResourceRef("PartitionSet", "shop", "orders", "uid-1")
+        self.table = AssignmentTable.initial(ref, generation=1, key_scheme="netherite", count=1)
+
+    def unit_of(self, key: str) -> str:
+        return "0"
+
+    def owns(self, unit: str) -> bool:
+        return True
+
+    def token(self, unit: str) -> int:
+        return self._token
+
+
+def demo_pod(pod: str, token: int, postgres: str | None, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("POD_NAME", pod)
+    demo = DemoWorker("PartitionSet", "orders", port=0, namespace="shop", postgres=postgres)
+    demo.worker = OneUnitWorker(pod, token)  # type: ignore[assignment]
+    return demo
+
+
+async def serve(demo: DemoWorker, key: str) -> tuple[int, dict[str, Any]]:
+    answer = await demo._serve(key, increment=True, number=None)
+    assert answer.text is not None
+    return answer.status, json.loads(answer.text)
+
+
+async def test_a_pod_that_lost_its_unit_has_its_writes_refused_and_counts_nothing(
+    postgres: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dsn = postgres.create_database("demo_requests")
+    old, new = demo_pod("w-0", 3, dsn, monkeypatch), demo_pod("w-1", 5, dsn, monkeypatch)
+    try:
+        assert (await serve(old, "k"))[0] == 200  # its token is the highest so far
+        status, body = await serve(new, "k")
+        assert (status, body["count"]) == (200, 1)
+        status, body = await serve(old, "k")
+        assert status == 409 and (body["token"], body["current"]) == (3, 5)
+        assert old.counters[(1, "0")]["k"].count == 1  # the refused increment did not count
+        assert (await serve(new, "k"))[0] == 200
+    finally:
+        for demo in (old, new):
+            assert demo.requests is not None
+            await demo.requests.close()
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT scope, pod, token, requests FROM apportion_demo_requests")
+        assert rows.fetchall() == [("PartitionSet/shop/orders/uid-1", "w-1", 5, 3)]
+
+
+async def test_without_postgres_the_demo_writes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    demo = demo_pod("w-0", 3, None, monkeypatch)
+    assert demo.requests is None
+    assert (await serve(demo, "k"))[0] == 200
+
+
+async def test_an_unreachable_postgres_answers_503_and_counts_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    demo = demo_pod("w-0", 3, f"host=127.0.0.1 port={free_port()} connect_timeout=2", monkeypatch)
+    status, body = await serve(demo, "k")
+    assert status == 503 and body["reason"].startswith("storage:")
+    assert demo.counters[(1, "0")] == {}

@@ -5,7 +5,8 @@ Unit mode (a PartitionSet or ShardSet):
 serves GET/POST /key/<id>, /units, /counters, /metrics and /healthz on $POD_IP (else every
 address), counts increments per key (handed over with the units), and logs every
 acquire/release/stop/split/merge with its epoch. SIGTERM drains: the units move away, then it
-exits.
+exits. With --postgres (or $APPORTION_DEMO_POSTGRES) each request by key is a fenced write
+(apportion.fencing, the `postgres` extra) under the unit's token; a refused one answers 409.
 
 Grain mode (GrainTypes):
     apportion demo-worker --grains [TYPE ...] [--rate R] [--lifetime S] [--port 8080]
@@ -61,6 +62,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MILLICORES",
         help="spend real CPU on every unit held, MILLICORES x its profile load, and report the "
         "CPU each unit got as its load (default 0: report the profile's figures)",
+    )
+    units.add_argument(
+        "--postgres",
+        default=os.environ.get("APPORTION_DEMO_POSTGRES") or None,
+        metavar="CONNINFO",
+        help="write each request by key to PostgreSQL (libpq conninfo) through a fenced write "
+        "under the unit's token, answering 409 when the fence refuses it (default "
+        "$APPORTION_DEMO_POSTGRES, which keeps a password off the command line; unset: no "
+        "writes)",
     )
     grains = parser.add_argument_group("grain mode")
     grains.add_argument(
@@ -124,6 +134,7 @@ async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
         release_delay=args.release_delay,
         work_time=args.work_time,
         burn_millicores=args.burn_cpu,
+        postgres=args.postgres,
     )
     await demo.run()
 

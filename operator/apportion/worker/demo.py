@@ -7,7 +7,9 @@ HTTP on the worker's address (beside /metrics and /healthz):
     GET /key/<id>   200 {"key", "unit", "pod", "token", "epoch", "count", "time"} when this pod
                     serves the key's unit; 421 {"key", "unit", "owner"} (header Apportion-Owner)
                     when another pod owns it; 503 (Retry-After: 1) while nobody serves it
-                    (unassigned, in hand-off, being split or merged)
+                    (unassigned, in hand-off, being split or merged); with PostgreSQL (below),
+                    409 {"key", "unit", "pod", "token", "current"} when the fence refused the
+                    request's write: a higher token wrote the unit, this pod lost it
     POST /key/<id>?n=N  count one increment of the key (numbered: once), answered as GET
     GET /units      {"pod", "uid", "epoch", "draining", "units": {unit: token}}: what it serves
     GET /counters   {"pod", "epoch", "count", "units": {unit: {key: counter}}}
@@ -21,6 +23,12 @@ Ownership lines on stdout, one per unit, time first (Unix seconds):
 `acquire` is logged when the unit starts being served, `release` when it has stopped being
 served for a hand-off (state stored, before the ack is written), `stop` when it is dropped
 without one, `split`/`merge` when its counters went into the units of the new count.
+
+With `postgres` (a libpq conninfo; `apportion demo-worker --postgres`, or
+$APPORTION_DEMO_POSTGRES), every request served by key is first written to the table
+`apportion_demo_requests` through `apportion.fencing` under the unit's token: storage that
+refuses a pod which lost the unit without seeing it (docs/fencing.md). A refused write answers
+409 and logs `refused unit=… key=… token=… current=… pod=…`.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
@@ -44,8 +52,14 @@ from apportion.worker.handover import UnitSnapshot, UnitStateStore
 from apportion.worker.state import UnitRange
 from apportion.worker.worker import Worker
 
+if TYPE_CHECKING:
+    import psycopg
+
+    from apportion.fencing import StaleToken
+
 OWNERSHIP_LOGGER: Final = "apportion.demo.ownership"
 ownership = logging.getLogger(OWNERSHIP_LOGGER)
+logger = logging.getLogger(__name__)
 
 RATE_WINDOW: Final = 10
 """Seconds over which the `requests` profile counts requests."""
@@ -156,6 +170,85 @@ class RequestRates:
             buckets.popleft()
 
 
+REQUESTS_SCHEMA: Final = (
+    "CREATE TABLE IF NOT EXISTS apportion_demo_requests (scope text NOT NULL, key text NOT NULL,"
+    " unit text NOT NULL, pod text NOT NULL, token bigint NOT NULL, requests bigint NOT NULL,"
+    " PRIMARY KEY (scope, key))"
+)
+RECORD: Final = (
+    "INSERT INTO apportion_demo_requests (scope, key, unit, pod, token, requests)"
+    " VALUES (%s, %s, %s, %s, %s, 1) ON CONFLICT (scope, key) DO UPDATE SET unit = EXCLUDED.unit,"
+    " pod = EXCLUDED.pod, token = EXCLUDED.token,"
+    " requests = apportion_demo_requests.requests + 1"
+)
+CONNECT_TIMEOUT: Final = 5
+
+
+class StorageUnavailable(Exception):
+    """PostgreSQL could not be reached or failed the write (not a refusal: nothing is known)."""
+
+
+class RequestLog:
+    """The requests a demo worker serves, written to PostgreSQL by fenced writes: per key, the
+    pod, the token and the number of requests of the last writer. One connection (autocommit,
+    as a fenced write needs an idle one), one write at a time, opened on first use and again
+    after a failure."""
+
+    def __init__(self, conninfo: str) -> None:
+        self.conninfo = conninfo
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._lock = asyncio.Lock()
+
+    async def record(
+        self, scope: str, unit: str, key: str, token: int, pod: str
+    ) -> StaleToken | None:
+        """Write one request of `key` under `token`: None when the fence accepted it, the
+        refusal when a higher token had written `unit`; StorageUnavailable otherwise."""
+        import psycopg
+
+        from apportion.fencing import AsyncFence, StaleToken
+
+        async with self._lock:
+            try:
+                conn = await self._connect()
+                async with AsyncFence(conn, scope).write(unit, token) as cur:
+                    await cur.execute(RECORD, (scope, key, unit, pod, token))
+            except StaleToken as refused:
+                return refused
+            except psycopg.Error as error:
+                await self.close()
+                raise StorageUnavailable(str(error)) from error
+        return None
+
+    async def _connect(self) -> psycopg.AsyncConnection[Any]:
+        import psycopg
+
+        from apportion.fencing import SCHEMA, SCHEMA_LOCK
+
+        if self._conn is not None and not self._conn.closed:
+            return self._conn
+        conn = await psycopg.AsyncConnection.connect(
+            self.conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT
+        )
+        try:
+            # Every worker of the set may do this at once: under the fence's schema lock, as
+            # concurrent CREATE TABLE IF NOT EXISTS of one table fail (docs/fencing.md).
+            async with conn.transaction():
+                await conn.execute(SCHEMA_LOCK)
+                await conn.execute(SCHEMA)
+                await conn.execute(REQUESTS_SCHEMA)
+        except BaseException:
+            await conn.close()
+            raise
+        self._conn = conn
+        return conn
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
 class DemoWorker:
     """Callbacks and HTTP handlers of the demo; `run()` is the whole process.
 
@@ -176,7 +269,9 @@ class DemoWorker:
         release_delay: float = 0.0,
         work_time: float = 0.0,
         burn_millicores: float = 0.0,
+        postgres: str | None = None,
     ) -> None:
+        self.requests = RequestLog(postgres) if postgres else None
         self.profile = profile or LoadProfile("uniform")
         # With --burn-cpu, a unit's load is the CPU it really costs, not the profile's figure.
         self.burner = (
@@ -224,6 +319,8 @@ class DemoWorker:
         finally:
             if self.burner is not None:
                 self.burner.stop()
+            if self.requests is not None:
+                await self.requests.close()
 
     def unit_load(self, unit: str) -> float:
         if self.burner is not None:
@@ -410,16 +507,43 @@ class DemoWorker:
             reason = "unassigned" if owner is None else "in hand-off"
             return _unavailable({"key": key, "unit": unit, "owner": owner, "reason": reason})
         # Owned: the count is the table's and the counters of (count, unit) are in memory.
-        # Nothing awaits between the ownership check and the update.
+        # Counted in flight before anything awaits, so that a release waits for the request
+        # (its write included) before it hands the counters over.
         counts = self.counters.setdefault((self._table().count, unit), {})
-        if increment:
-            value = counters.increment(counts, key, number).count
-        else:
-            value = counts[key].count if key in counts else 0
         served_at = time.time()
         token, epoch = w.token(unit), w.epoch
         self.in_flight[unit] += 1
         try:
+            if self.requests is not None and token is not None:
+                ref = self._table().set_ref
+                scope = f"{ref.kind}/{ref.namespace}/{ref.name}/{ref.uid}"
+                try:
+                    refused = await self.requests.record(scope, unit, key, token, w.pod_name)
+                except StorageUnavailable as error:
+                    return _unavailable({"key": key, "unit": unit, "reason": f"storage: {error}"})
+                if refused is not None:
+                    # Served without knowing it lost the unit (cut off, paused, KeepServing):
+                    # the store knows better, and nothing of the request counted.
+                    logger.warning(
+                        "refused unit=%s key=%s token=%d current=%s pod=%s",
+                        unit,
+                        key,
+                        token,
+                        refused.current,
+                        w.pod_name,
+                    )
+                    refusal: dict[str, object] = {
+                        "key": key,
+                        "unit": unit,
+                        "pod": w.pod_name,
+                        "token": token,
+                        "current": refused.current,
+                    }
+                    return web.json_response(refusal, status=409)
+            if increment:
+                value = counters.increment(counts, key, number).count
+            else:
+                value = counts[key].count if key in counts else 0
             self.rates.count(unit)
             if self.work_time:
                 await asyncio.sleep(self.work_time)

@@ -28,6 +28,9 @@ DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 # What the Dockerfile needs of a base: python3 with venv, and the key kernel's runtime library.
 BASE_PACKAGES = ("python3", "python3-venv", "libxxhash0", "ca-certificates")
+# The Dockerfile's EXTRAS for the image built here: psycopg beside the operator's, so that the
+# demo workers on the real node can make fenced writes (tests/e2e/test_real_node_workloads.py).
+EXTRAS = "operator,postgres"
 NONROOT = "65534:65534"
 MTIME = "dev.apportion.binary-mtime"
 
@@ -148,12 +151,14 @@ def _unmount_below(root: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False)
 
 
-def build_image(progress: Progress = _say, tag: str = IMAGE) -> str:
-    """Build the project's image from its Dockerfile; layers are cached between builds."""
+def build_image(progress: Progress = _say, tag: str = IMAGE, extras: str = EXTRAS) -> str:
+    """Build the project's image from its Dockerfile with the pip `extras`; layers are cached
+    between builds."""
     base = ensure_base(progress)
     root = source_root()
     started = time.monotonic()
-    args = ["bud", "--layers", "--build-arg", f"BASE={base}", "-t", tag, "-f", "Dockerfile"]
+    args = ["bud", "--layers", "--build-arg", f"BASE={base}", "--build-arg", f"EXTRAS={extras}"]
+    args += ["-t", tag, "-f", "Dockerfile"]
     bundle = ca_bundle()
     if bundle is not None:
         args += ["--secret", f"id=ca-bundle,src={bundle}"]
