@@ -14,6 +14,25 @@ from pathlib import Path
 from typing import Any
 
 
+def committed_offsets(bootstrap: str, group: str, topic: str) -> dict[int, tuple[int, str]]:
+    """partition -> (offset, metadata) the broker holds for `group` on `topic`: what was
+    committed last, whoever wrote it (the metadata names the writer's token)."""
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    async def fetch() -> dict[int, tuple[int, str]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+        await admin.start()
+        try:
+            found = await admin.list_consumer_group_offsets(group)
+        finally:
+            await admin.close()
+        return {
+            tp.partition: (m.offset, m.metadata) for tp, m in found.items() if tp.topic == topic
+        }
+
+    return asyncio.run(fetch())
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 

@@ -3,7 +3,12 @@
 `integrations/kafka/fetch-jars.sh` caches), consumers as process pods scaled 2 -> 4 -> 3 while
 numbered messages flow, then one consumer SIGKILLed. Every message is processed; no partition is
 processed by two consumers at the same time; duplicates come only after the SIGKILL, only from
-the killed consumer's uncommitted tail."""
+the killed consumer's uncommitted tail.
+
+Then one consumer cut off from the API server (its route held by the pod simulator's relay,
+docs/dev-cluster.md) while it keeps the broker, and its partitions moved by a scale-out: the
+hand-off times out, and the consumers' own lines show it stopped handling and committing them
+when its serving lease ran out, before their new owners started (docs/handoff.md)."""
 
 from __future__ import annotations
 
@@ -17,7 +22,14 @@ from collections.abc import Iterator
 import pytest
 from java_support import classpath
 from kafka_broker import KafkaBroker
-from kafka_support import Producer, commits, consumer_pid, create_topic, processed
+from kafka_support import (
+    Producer,
+    commits,
+    committed_offsets,
+    consumer_pid,
+    create_topic,
+    processed,
+)
 from unitset_support import (
     Ownership,
     apply,
@@ -31,11 +43,15 @@ from unitset_support import (
     workers,
 )
 
+from apportion.api.pods import DRAIN_ANNOTATION
+from apportion.devcluster.podsim.relay import CUT_ANNOTATION, RELAY_ANNOTATION
+
 TOPIC = "orders"
 PARTITIONS = 8
 KEYS = 16
 SET = "PartitionSet/orders"
 PODS = [f"kc-{i}" for i in range(4)]
+GROUP = "orders-apportion"
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +70,20 @@ def consumer_command(request: pytest.FixtureRequest) -> list[str]:
     return ["java", "-cp", java, "dev.apportion.kafka.sample.PrintingConsumer"]
 
 
-def consumers(command: list[str], bootstrap: str, replicas: int, topic: str) -> dict:
+def consumers(
+    command: list[str], bootstrap: str, replicas: int, topic: str, *, api_relay: bool = False
+) -> dict:
+    """The consumers' StatefulSet; `api_relay`: each pod reaches the API server through a route
+    a test can cut (CUT_ANNOTATION on the pod) without touching its route to the broker."""
     command = [
         *command, "--topic", topic, "--set", "orders",
-        "--bootstrap", bootstrap, "--group", "orders-apportion",
+        "--bootstrap", bootstrap, "--group", GROUP,
         "--work-time", "0.005", "--commit-interval", "3",
     ]  # fmt: skip
-    return workers("kc", replicas, command=command, grace=30)
+    statefulset = workers("kc", replicas, command=command, grace=30)
+    if api_relay:
+        statefulset["spec"]["template"]["metadata"]["annotations"][RELAY_ANNOTATION] = "true"
+    return statefulset
 
 
 def settled(kubectl, namespace: str, members: int):
@@ -75,13 +98,27 @@ def settled(kubectl, namespace: str, members: int):
     return check
 
 
+def spread(kubectl, namespace: str, members: int, holders: int):
+    """Settled over `members` pods, `holders` of them holding partitions, evenly."""
+
+    def check():
+        table = settled(kubectl, namespace, members)()
+        if table is None:
+            return None
+        held = [len(units) for units in table.by_member().values() if units]
+        return table if held == [PARTITIONS // holders] * holders else None
+
+    return check
+
+
 def intervals(log) -> dict[tuple[str, str], list[tuple[float, float]]]:
-    """(pod, unit) -> when that pod served the unit."""
+    """(pod, unit) -> when that pod served the unit (a suspended lease ends an interval, its
+    resume starts one)."""
     open_at: dict[tuple[str, str], float] = {}
     found: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for entry in log:
         key = (entry.pod, entry.unit)
-        if entry.action == "acquire":
+        if entry.action in ("acquire", "resume"):
             open_at[key] = entry.time
         elif key in open_at:
             found[key].append((open_at.pop(key), entry.time))
@@ -195,3 +232,183 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
         f"\nkafka e2e: {len(expected)} messages, {len(done)} processed, "
         f"{len(duplicates)} duplicates (all from {victim}'s uncommitted tail)"
     )
+
+
+def test_a_consumer_cut_off_from_the_api_server_stops_before_its_partitions_move(
+    broker, consumer_command, operator, dev_cluster, namespace, kubectl, wait_for
+) -> None:
+    topic = f"{TOPIC}-{namespace}"
+    create_topic(broker.bootstrap, topic, PARTITIONS)
+    relayed = consumers(consumer_command, broker.bootstrap, 4, topic, api_relay=True)
+    apply(kubectl, namespace, relayed)
+    wait_for(lambda: len(ready_pods(kubectl, namespace, "app=kc")) == 4, 60, "4 consumers")
+    # kc-2 and kc-3 wait, drained, so that the move comes from running consumers (no JVM or
+    # interpreter starting in the middle of what is measured).
+    spare = ["kc-2", "kc-3"]
+    kubectl("annotate", "pod", *spare, "-n", namespace, f"{DRAIN_ANNOTATION}=true")
+    # handoffTimeout 6 s: a serving lease of 2 s, so the victim's lease runs out long before the
+    # operator may give its partitions away.
+    spec = {
+        "partitions": PARTITIONS,
+        "workloadRef": {"kind": "StatefulSet", "name": "kc"},
+        "rebalance": {"interval": "1s", "handoffTimeout": "6s"},
+    }
+    apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
+    wait_for(spread(kubectl, namespace, 4, 2), 60, "Balanced over kc-0 and kc-1")
+    victim = "kc-0"
+
+    producer = Producer(broker.bootstrap, topic, keys=KEYS, partitions=PARTITIONS)
+    producer.start()
+    try:
+        since = time.time()
+        wait_for(
+            lambda: (
+                {d.pod for d in processed(dev_cluster, namespace, PODS) if d.time > since}
+                >= {"kc-0", "kc-1"}
+            ),
+            60,
+            "both consumers handling messages",
+        )
+        # Cut just after one of the victim's commits: its lease (2 s) runs out before its next
+        # (3 s), so it leaves an uncommitted tail that the new owners handle again.
+        since = time.time()
+        wait_for(
+            lambda: any(c.time > since for c in commits(dev_cluster, namespace, [victim])),
+            30,
+            "a commit of the victim's",
+        )
+        kubectl("annotate", "pod", victim, "-n", namespace, f"{CUT_ANNOTATION}=true")
+        cut_at = time.time()
+        # The spares join: half of the victim's partitions must go, and it cannot hear of it.
+        kubectl("annotate", "pod", *spare, "-n", namespace, f"{DRAIN_ANNOTATION}-")
+        wait_for(spread(kubectl, namespace, 4, 4), 120, "Balanced over 4, the victim cut off")
+
+        def moved_and_committed() -> set[str] | None:
+            """The victim's partitions taken by others, once each new owner handled and
+            committed them, so that a late commit of the victim's would come after theirs."""
+            log = ownership_log(dev_cluster, namespace, PODS, SET)
+            moved = _moved(log, victim, cut_at)
+            done = commits(dev_cluster, namespace, PODS)
+            fresh = {str(c.partition) for c in done if c.pod != victim and c.time > cut_at}
+            return moved if moved and moved <= fresh else None
+
+        wait_for(moved_and_committed, 60, "the victim's moved partitions committed by others")
+        kubectl("annotate", "pod", victim, "-n", namespace, f"{CUT_ANNOTATION}-")
+        lifted_at = time.time()
+
+        def victim_serving_again() -> bool:
+            log = ownership_log(dev_cluster, namespace, PODS, SET)
+            resumed = [o for o in log if o.pod == victim and o.action == "resume"]
+            done = processed(dev_cluster, namespace, [victim])
+            return any(o.time > lifted_at for o in resumed) and any(
+                d.time > lifted_at for d in done
+            )
+
+        wait_for(victim_serving_again, 60, "the victim resuming after the cut")
+        time.sleep(4)  # more than a commit interval: a stale commit of the victim's would show
+    finally:
+        produced = producer.stop()
+
+    expected = {(p.partition, p.offset): f"{p.key}:{p.seq}" for p in produced}
+
+    def all_processed():
+        done = processed(dev_cluster, namespace, PODS)
+        return done if {(d.partition, d.offset) for d in done} >= expected.keys() else None
+
+    # No loss: every message processed, with the value it was produced with.
+    done = wait_for(all_processed, 60, "every produced message processed")
+    for d in done:
+        assert expected[(d.partition, d.offset)] == d.value, d
+
+    log = ownership_log(dev_cluster, namespace, PODS, SET)
+    held = _held(log, victim, cut_at)
+    moved = _moved(log, victim, cut_at)
+    assert moved, (held, log)
+    mine = [o for o in log if o.pod == victim and cut_at < o.time < lifted_at]
+    # Taken by the hand-off timeout: the victim, cut off, released none of them itself.
+    assert [o for o in mine if o.unit in moved and o.action in ("release", "stop")] == []
+    suspended = {}
+    for o in mine:
+        if o.action == "suspend":
+            suspended.setdefault(o.unit, o.time)
+    assert held <= suspended.keys(), (held, mine)
+
+    victim_commits = commits(dev_cluster, namespace, [victim])
+    others_commits = [c for c in commits(dev_cluster, namespace, PODS) if c.pod != victim]
+    firsts = []
+    for unit in sorted(moved, key=int):
+        partition, stopped = int(unit), suspended[unit]
+        theirs = [d for d in done if d.partition == partition and d.pod != victim]
+        first = min(d.time for d in theirs if d.time > cut_at)
+        firsts.append(first)
+        # The victim stopped before the new owner started, and handled nothing of it after.
+        assert stopped < first, (unit, stopped, first)
+        late = [
+            d for d in done if d.pod == victim and d.partition == partition and d.time > stopped
+        ]
+        assert late == [], late
+        # Nor committed: not past its lease, so never after the new owner's first commit.
+        first_commit = min(
+            c.time for c in others_commits if c.partition == partition and c.time > cut_at
+        )
+        assert [c for c in victim_commits if c.partition == partition and c.time > stopped] == []
+        assert [
+            c for c in victim_commits if c.partition == partition and c.time >= first_commit
+        ] == []
+
+    # The broker keeps the new owners' commits: each moved partition's offset is one its new
+    # owner logged, with the token it acquired the partition under.
+    on_broker = committed_offsets(broker.bootstrap, GROUP, topic)
+    for unit in moved:
+        partition = int(unit)
+        owner = max(
+            (o for o in log if o.unit == unit and o.action == "acquire" and o.time > cut_at),
+            key=lambda o: o.time,
+        )
+        offset, metadata = on_broker[partition]
+        assert metadata == f"apportion token={owner.token}", (unit, metadata, owner)
+        assert offset in {c.offset for c in others_commits if c.partition == partition}, unit
+
+    # Duplicates only from the victim's uncommitted tail of a moved partition: records it
+    # handled after its last commit and before it suspended, handled again by the new owner.
+    last_commit = {c.partition: c.offset for c in victim_commits if c.time < cut_at}
+    times = Counter((d.partition, d.offset) for d in done)
+    for (partition, offset), n in times.items():
+        if n == 1:
+            continue
+        first_copy, *again = [d for d in done if (d.partition, d.offset) == (partition, offset)]
+        assert str(partition) in moved, (first_copy, again)
+        assert first_copy.pod == victim and first_copy.time < suspended[str(partition)]
+        assert offset >= last_commit.get(partition, 0), (first_copy, last_commit)
+        assert all(d.pod != victim for d in again), again
+
+    # After the cut: the victim says it serves again, and only what it resumed or acquired.
+    after = [o for o in log if o.pod == victim and o.time > lifted_at]
+    resumed = {o.unit for o in after if o.action == "resume"}
+    assert resumed, after
+    assert resumed.isdisjoint(moved), (resumed, moved)
+    granted = resumed | {o.unit for o in after if o.action == "acquire"}
+    handled = {str(d.partition) for d in done if d.pod == victim and d.time > lifted_at}
+    assert handled <= granted, (handled, granted)
+    assert overlaps(log) == []
+    print(
+        f"\nkafka cut: kc-0 suspended {min(suspended.values()) - cut_at:.2f}s after the cut; "
+        f"its moved partitions {sorted(moved, key=int)} were first handled by their new owners "
+        f"{min(firsts) - cut_at:.2f}s after the cut; {len(expected)} messages, "
+        f"{sum(n - 1 for n in times.values())} duplicates"
+    )
+
+
+def _held(log: list[Ownership], pod: str, before: float) -> set[str]:
+    """The units `pod` served just before `before`, from its own lines."""
+    last: dict[str, str] = {}
+    for o in log:
+        if o.pod == pod and o.time < before:
+            last[o.unit] = o.action
+    return {unit for unit, action in last.items() if action in ("acquire", "resume")}
+
+
+def _moved(log: list[Ownership], pod: str, since: float) -> set[str]:
+    """Of the units `pod` served at `since`, those another pod acquired after it."""
+    taken = {o.unit for o in log if o.action == "acquire" and o.pod != pod and o.time > since}
+    return _held(log, pod, since) & taken

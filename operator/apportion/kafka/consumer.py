@@ -16,7 +16,9 @@ stands.
   commit is handled again by the next owner (at least once).
 - between hand-offs, offsets are committed every `commit_interval` seconds.
 - while the worker's serving lease has run out (cut off from the API server, paused), no record
-  is handled and no offset committed; it resumes from the positions it had.
+  is handled and no offset committed; it resumes from the positions it had. `suspend` and
+  `resume` lines mark when the consuming loop stopped (after the record in `handle`) and
+  started again.
 
 Ownership and commits are logged on the `apportion.kafka` logger, one line per partition, in the
 format of the demo worker's ownership lines (docs/worker.md), plus the offsets:
@@ -25,6 +27,8 @@ format of the demo worker's ownership lines (docs/worker.md), plus the offsets:
     commit unit=3 epoch=7 token=7 pod=c-0 set=PartitionSet/orders offset=180
     release unit=3 epoch=9 token=7 pod=c-0 set=PartitionSet/orders offset=211
     stop unit=3 epoch=12 token=7 pod=c-0 set=PartitionSet/orders offset=230
+    suspend unit=4 epoch=12 token=9 pod=c-0 set=PartitionSet/orders offset=310
+    resume unit=4 epoch=12 token=9 pod=c-0 set=PartitionSet/orders offset=310
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ class _Change:
     commit: bool = True
     final: dict[int, int] = field(default_factory=dict)
     """Per partition stopped: its committed offset (release), where it stopped (revoke)."""
+    uncommitted: set[int] = field(default_factory=set)
+    """Released partitions whose commit the lease refused: they end as a revoke does."""
+    note: str | None = None
+    """Only a line to log (suspend, resume) for `acquire`'s partitions still consumed, where
+    they stand: no change of the partitions."""
+    epoch: int = 0
     done: asyncio.Future[None] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -96,13 +106,18 @@ class PartitionConsumer:
         self.commit_interval = commit_interval
         self._bootstrap = bootstrap_servers
         self._consumer_options = dict(consumer_options or {})
+        options = dict(worker_options or {})
+        self._also_on_suspend = options.pop("on_suspend", None)
+        self._also_on_resume = options.pop("on_resume", None)
         self.worker = Worker(
             "PartitionSet",
             set_name,
             on_acquire=self._on_acquire,
             on_release=self._on_release,
             on_revoke=self._on_revoke,
-            **dict(worker_options or {}),
+            on_suspend=self._on_suspend,
+            on_resume=self._on_resume,
+            **options,
         )
         self.positions: dict[int, int] = {}
         """Next offset to handle, per partition consumed."""
@@ -168,6 +183,23 @@ class PartitionConsumer:
     async def _on_revoke(self, units: frozenset[str], epoch: int) -> None:
         await self._apply(_Change(release=_partitions(units), commit=False), epoch)
 
+    async def _on_suspend(self, units: frozenset[str], epoch: int) -> None:
+        # Logged by the consuming loop, between records: a record in `handle` when the lease ran
+        # out finishes before the line, so nothing of these partitions is handled after it.
+        # Not awaited: the worker's lease task calls this and must not wait on `handle`.
+        self._note("suspend", units, epoch)
+        if self._also_on_suspend is not None:
+            await self._also_on_suspend(units, epoch)
+
+    async def _on_resume(self, units: frozenset[str], epoch: int) -> None:
+        self._note("resume", units, epoch)
+        if self._also_on_resume is not None:
+            await self._also_on_resume(units, epoch)
+
+    def _note(self, action: str, units: frozenset[str], epoch: int) -> None:
+        if self._loop_task is not None and not self._loop_task.done():
+            self._changes.put_nowait(_Change(acquire=_partitions(units), note=action, epoch=epoch))
+
     async def _apply(self, change: _Change, epoch: int) -> None:
         if self._loop_task is None or self._loop_task.done():
             raise RuntimeError("the consuming loop is not running")
@@ -176,7 +208,8 @@ class PartitionConsumer:
             await change.done
         finally:  # released partitions have stopped even when their commit failed
             for partition in sorted(change.release):
-                action = "release" if change.commit else "stop"
+                committed = change.commit and partition not in change.uncommitted
+                action = "release" if committed else "stop"
                 self._log(action, partition, epoch, change.final.get(partition))
                 self._tokens.pop(partition, None)
         for partition in sorted(change.acquire):
@@ -244,16 +277,27 @@ class PartitionConsumer:
         return True
 
     async def _run(self, change: _Change) -> None:
+        if change.note is not None:
+            for partition in sorted(change.acquire & set(self.positions)):
+                self._log(change.note, partition, change.epoch, self.positions[partition])
+            change.done.set_result(None)
+            return
         error: Exception | None = None
+        refused: set[int] = set()
         if change.release and change.commit:
             try:
-                await self._commit(change.release & set(self.positions))
+                refused = await self._commit(change.release & set(self.positions))
             except Exception as failed:  # stopped all the same: the next owner resumes earlier
                 error = failed
         for partition in change.release:
             position = self.positions.pop(partition, None)
             committed = self.committed.pop(partition, None)
-            final = committed if change.commit else position
+            # A release seen after its lease ran out (cut off, paused) commits nothing: its
+            # partition is, or is about to be, someone else's, as a revoked one is.
+            if change.commit and partition in refused:
+                change.uncommitted.add(partition)
+            stopped = not change.commit or partition in refused
+            final = position if stopped else committed
             if final is not None:
                 change.final[partition] = final
         try:
@@ -271,9 +315,18 @@ class PartitionConsumer:
             change.done.set_result(None)
 
     def _serving(self, partition: int) -> bool:
-        """Held and within the serving lease (a releasing partition: within its own deadline)."""
+        """Held and within the serving lease (a releasing partition: within its own deadline),
+        and still this pod's under the token held in the newest table."""
         unit = str(partition)
-        return self.worker.token(unit) is not None and self.worker.lease_holds(unit)
+        token = self.worker.token(unit)
+        if token is None or not self.worker.lease_holds(unit):
+            return False
+        # A release's own deadline is forgotten once a newer table gives the partition away
+        # (hand-off timed out), and lease_holds then says what the whole lease says: a release
+        # seen late, after a fresh confirmation, would commit over the new owner's offsets.
+        table = self.worker.table
+        state = None if table is None else table.units.get(unit)
+        return state is not None and state.owner == self.worker.pod_name and state.epoch == token
 
     async def _assign(self, partitions: set[int]) -> None:
         from aiokafka import TopicPartition
@@ -303,17 +356,19 @@ class PartitionConsumer:
             offsets.update({tp.partition: beginnings[tp] for tp in missing})
         return {p: int(o) for p, o in offsets.items() if o is not None}
 
-    async def _commit(self, partitions: set[int]) -> None:
+    async def _commit(self, partitions: set[int]) -> set[int]:
+        """Commits what was handled of `partitions`; returns those the lease refused."""
         from aiokafka import TopicPartition
 
         assert self._consumer is not None
+        refused = {p for p in partitions if not self._serving(p)}
         due = {
             p: self.positions[p]
-            for p in partitions
-            if self.positions[p] != self.committed.get(p) and self._serving(p)
+            for p in partitions - refused
+            if self.positions[p] != self.committed.get(p)
         }
         if not due:
-            return
+            return refused
         # The unit's fencing token rides along as commit metadata: who wrote an offset, when.
         await self._consumer.commit(
             {
@@ -324,6 +379,7 @@ class PartitionConsumer:
         for partition, offset in due.items():
             self.committed[partition] = offset
             self._log_commit(partition, offset)
+        return refused
 
     def _log_commit(self, partition: int, offset: int) -> None:
         w = self.worker

@@ -8,6 +8,7 @@ import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -42,8 +43,11 @@ import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 public final class PartitionConsumer implements AutoCloseable {
   /** Ownership changes and commits, one call per partition, for logs and metrics. */
   public interface Listener {
-    /** {@code action}: acquire, release or stop (revoked); {@code offset}: where it starts
-     * (acquire), its committed offset (release), where it stopped (stop); null when unknown. */
+    /** {@code action}: acquire, release, stop (revoked, or a release seen after its own
+     * lease ran out: nothing committed), suspend or resume (the serving lease
+     * ran out, held again: told once the consuming thread has stopped or is about to go on);
+     * {@code offset}: where it starts (acquire, resume), its committed offset (release), where
+     * it stopped (stop, suspend); null when unknown. */
     default void ownership(String action, int partition, long epoch, Long token, Long offset) {}
 
     default void committed(int partition, long epoch, Long token, long offset) {}
@@ -53,6 +57,7 @@ public final class PartitionConsumer implements AutoCloseable {
   private final Worker worker;
   private final Listener listener;
   private final Map<Integer, Long> tokens = new TreeMap<>();
+  private final String pod = System.getenv().getOrDefault("POD_NAME", "");
 
   private PartitionConsumer(
       String topic,
@@ -170,14 +175,40 @@ public final class PartitionConsumer implements AutoCloseable {
       stop(units, epoch, false);
     }
 
+    @Override
+    public void onSuspend(Set<String> units, long epoch) {
+      // Told by the consuming thread between records, after the one being handled when the
+      // lease ran out; not awaited: the worker's lease thread must not wait on a handler.
+      note("suspend", units, epoch);
+    }
+
+    @Override
+    public void onResume(Set<String> units, long epoch) {
+      note("resume", units, epoch);
+    }
+
+    private void note(String action, Set<String> units, long epoch) {
+      Set<Integer> wanted = partitions(units);
+      loop.note(
+          where ->
+              where.forEach(
+                  (partition, offset) -> {
+                    if (wanted.contains(partition)) {
+                      listener.ownership(action, partition, epoch, tokenOf(partition), offset);
+                    }
+                  }));
+    }
+
     private void stop(Set<String> units, long epoch, boolean commit) throws Exception {
       Map<Integer, Long> ends = Map.of();
+      Set<Integer> uncommitted = ConcurrentHashMap.newKeySet();
       try {
-        ends = await(loop.release(partitions(units), commit));
+        ends = await(loop.release(partitions(units), commit, uncommitted));
       } finally { // released partitions have stopped even when their commit failed
         for (int partition : partitions(units)) {
+          boolean committed = commit && !uncommitted.contains(partition);
           listener.ownership(
-              commit ? "release" : "stop", partition, epoch, tokenOf(partition), ends.get(partition));
+              committed ? "release" : "stop", partition, epoch, tokenOf(partition), ends.get(partition));
           synchronized (tokens) {
             tokens.remove(partition);
           }
@@ -197,7 +228,17 @@ public final class PartitionConsumer implements AutoCloseable {
     @Override
     public boolean mayCommit(int partition) {
       String unit = Integer.toString(partition);
-      return worker.token(unit) != null && worker.leaseHolds(unit);
+      Long token = worker.token(unit);
+      if (token == null || !worker.leaseHolds(unit)) {
+        return false;
+      }
+      // A release's own deadline is forgotten once a newer table gives the partition away
+      // (hand-off timed out), and leaseHolds then says what the whole lease says: a release seen
+      // late, after a fresh confirmation, would commit over the new owner's offsets. So the
+      // newest table must still name this pod its owner (releasing or not) under the same token.
+      var table = worker.table();
+      var state = table == null ? null : table.units().get(unit);
+      return state != null && pod.equals(state.owner()) && state.epoch() == token;
     }
   }
 

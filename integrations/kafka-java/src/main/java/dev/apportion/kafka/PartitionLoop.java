@@ -59,14 +59,19 @@ final class PartitionLoop implements AutoCloseable {
   }
 
   /** A change of the partitions consumed; {@code result}: per partition, where it starts
-   * (acquire) or its final offset (release: committed; revoke: where it stopped).
+   * (acquire) or its final offset (release: committed; revoke: where it stopped). A release
+   * whose commit the fence refused (its own lease ran out) ends like a revoke, where it
+   * stopped, and is added to {@code uncommitted}.
    * {@code started} is told where acquired partitions start, on this thread before their first
-   * record is handled, so that what it logs comes before any record's line. */
+   * record is handled, so that what it logs comes before any record's line. A {@code note}
+   * changes nothing: {@code started} is told where every partition consumed stands. */
   private record Change(
       Set<Integer> acquire,
       Set<Integer> release,
       boolean commit,
+      boolean note,
       IntakeListener started,
+      Set<Integer> uncommitted,
       CompletableFuture<Map<Integer, Long>> result) {}
 
   private final Consumer<byte[], byte[]> consumer;
@@ -112,14 +117,32 @@ final class PartitionLoop implements AutoCloseable {
       commitMetadata.putAll(metadata);
     }
     return submit(
-        new Change(Set.copyOf(partitions), Set.of(), true, started, new CompletableFuture<>()));
+        new Change(
+            Set.copyOf(partitions), Set.of(), true, false, started, Set.of(), new CompletableFuture<>()));
+  }
+
+  /** Tells {@code told}, on this thread between two records, where every partition consumed
+   * stands: after the record being handled now, so that a line it logs comes after that
+   * record's. */
+  CompletableFuture<Map<Integer, Long>> note(IntakeListener told) {
+    return submit(
+        new Change(Set.of(), Set.of(), false, true, told, Set.of(), new CompletableFuture<>()));
   }
 
   /** Stops consuming {@code partitions}, the record being handled finishing first; with
-   * {@code commit}, their offsets are committed before this completes. */
-  CompletableFuture<Map<Integer, Long>> release(Set<Integer> partitions, boolean commit) {
+   * {@code commit}, their offsets are committed before this completes, except those the fence
+   * refuses: they are added to {@code uncommitted} before it completes. */
+  CompletableFuture<Map<Integer, Long>> release(
+      Set<Integer> partitions, boolean commit, Set<Integer> uncommitted) {
     return submit(
-        new Change(Set.of(), Set.copyOf(partitions), commit, started -> {}, new CompletableFuture<>()));
+        new Change(
+            Set.of(),
+            Set.copyOf(partitions),
+            commit,
+            false,
+            started -> {},
+            uncommitted,
+            new CompletableFuture<>()));
   }
 
   private CompletableFuture<Map<Integer, Long>> submit(Change change) {
@@ -196,13 +219,20 @@ final class PartitionLoop implements AutoCloseable {
   }
 
   private void apply(Change change) {
+    if (change.note()) {
+      Map<Integer, Long> where = new TreeMap<>(positions);
+      change.started().started(where);
+      change.result().complete(where);
+      return;
+    }
     RuntimeException error = null;
     Map<Integer, Long> result = new TreeMap<>();
+    Set<Integer> refused = new HashSet<>();
     if (!change.release().isEmpty() && change.commit()) {
       Set<Integer> held = new HashSet<>(change.release());
       held.retainAll(positions.keySet());
       try {
-        commit(held);
+        refused = commit(held);
       } catch (RuntimeException failed) { // stopped all the same: the next owner resumes earlier
         error = failed;
       }
@@ -210,7 +240,13 @@ final class PartitionLoop implements AutoCloseable {
     for (int partition : change.release()) {
       Long position = positions.remove(partition);
       Long last = committed.remove(partition);
-      Long end = change.commit() ? last : position;
+      // A release seen after its lease ran out (cut off, paused) commits nothing: its partition
+      // is, or is about to be, someone else's, like a revoked one.
+      boolean stopped = !change.commit() || refused.contains(partition);
+      if (change.commit() && stopped) {
+        change.uncommitted().add(partition);
+      }
+      Long end = stopped ? position : last;
       if (end != null) {
         result.put(partition, end);
       }
@@ -291,12 +327,16 @@ final class PartitionLoop implements AutoCloseable {
     return offsets;
   }
 
-  private void commit(Set<Integer> partitions) {
+  /** Commits what was handled of {@code partitions}; those the fence refuses are returned. */
+  private Set<Integer> commit(Set<Integer> partitions) {
     Map<TopicPartition, OffsetAndMetadata> due = new HashMap<>();
     Map<Integer, Long> offsets = new TreeMap<>();
+    Set<Integer> refused = new HashSet<>();
     for (int partition : partitions) {
       long position = positions.get(partition);
-      if (!Long.valueOf(position).equals(committed.get(partition)) && fence.mayCommit(partition)) {
+      if (!fence.mayCommit(partition)) {
+        refused.add(partition);
+      } else if (!Long.valueOf(position).equals(committed.get(partition))) {
         String metadata;
         synchronized (commitMetadata) {
           metadata = commitMetadata.getOrDefault(partition, "");
@@ -306,7 +346,7 @@ final class PartitionLoop implements AutoCloseable {
       }
     }
     if (due.isEmpty()) {
-      return;
+      return refused;
     }
     consumer.commitSync(due);
     offsets.forEach(
@@ -314,6 +354,7 @@ final class PartitionLoop implements AutoCloseable {
           committed.put(partition, offset);
           onCommit.committed(partition, offset);
         });
+    return refused;
   }
 
   /** Stops the loop (pending changes fail) and closes the consumer. */
