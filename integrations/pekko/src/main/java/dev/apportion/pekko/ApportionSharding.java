@@ -62,6 +62,7 @@ public final class ApportionSharding<M> implements AutoCloseable {
   private final int shards;
   private final Worker worker;
   private final ExternalShardAllocationClient locations;
+  private final ShardLeases leases;
   private final ScheduledExecutorService feeder;
   private final Map<String, Address> pushed = new HashMap<>();
 
@@ -71,7 +72,9 @@ public final class ApportionSharding<M> implements AutoCloseable {
     this.typeKey = typeKey;
     this.shards = shards;
     this.locations = ExternalShardAllocation.get(system).getClient(typeKey.name());
-    this.worker = Worker.fromEnvironment("ShardSet", shardSet, new Callbacks());
+    this.leases = new ShardLeases(System.getenv("POD_NAME"), typeKey.name());
+    this.worker = Worker.fromEnvironment("ShardSet", shardSet, leases.around(new Callbacks()));
+    leases.follow(worker);
     this.feeder =
         Executors.newSingleThreadScheduledExecutor(
             r -> {
@@ -107,6 +110,7 @@ public final class ApportionSharding<M> implements AutoCloseable {
       ActorSystem<?> system, EntityTypeKey<M> typeKey, String shardSet, int shards) {
     ApportionSharding<M> sharding = new ApportionSharding<>(system, typeKey, shardSet, shards);
     sharding.worker.start();
+    ShardLeases.Registry.of(system.classicSystem()).put(typeKey.name(), sharding.leases);
     sharding.feeder.scheduleWithFixedDelay(
         sharding::feed, 0, FEED_EVERY.toMillis(), TimeUnit.MILLISECONDS);
     return sharding;
@@ -254,6 +258,8 @@ public final class ApportionSharding<M> implements AutoCloseable {
   public void close() {
     feeder.shutdownNow();
     worker.close();
+    ShardLeases.Registry.of(system.classicSystem()).remove(typeKey.name(), leases);
+    leases.close();
   }
 
   private final class Callbacks implements Worker.Callbacks {

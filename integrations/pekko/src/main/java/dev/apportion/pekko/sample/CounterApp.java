@@ -66,6 +66,11 @@ public final class CounterApp {
                 // Moves at most a second after apportion asks; the table spreads by gossip.
                 "pekko.cluster.sharding.rebalance-interval = 1s",
                 "pekko.cluster.distributed-data.gossip-interval = 500ms",
+                // A shard's entities run only while apportion's serving lease of it holds: a
+                // node cut off from the API server stops them before the operator can move
+                // the shard (docs/pekko.md). A refused lease is asked again after a second.
+                "pekko.cluster.sharding.use-lease = \"apportion.pekko.shard-lease\"",
+                "pekko.cluster.sharding.lease-retry-interval = 1s",
                 // Entities live until their shard moves (the test counts every start and stop).
                 "pekko.cluster.sharding.passivation.strategy = none",
                 // The sample's messages are records; a real app would use Jackson or protobuf.
