@@ -13,7 +13,7 @@ import org.apache.pekko.coordination.lease.javadsl.Lease;
 
 /**
  * A Pekko shard lease held while this node's apportion worker serves the shard (docs/pekko.md):
- * with {@code pekko.cluster.sharding.use-lease = "apportion.pekko.shard-lease"}, a shard starts
+ * with {@code pekko.cluster.sharding.use-lease = "dev.apportion.pekko.shard-lease"}, a shard starts
  * its entities only once the worker owns it under a serving lease that holds, and Pekko stops
  * the shard and its entities when the lease is lost: apportion's serving lease ran out (this
  * node cut off from the API server, or paused) or the table took the shard away.
@@ -42,7 +42,7 @@ public final class ApportionLease extends Lease {
     int dash = name.lastIndexOf('-'); // shard ids are numbers: the type name may have dashes
     if (!name.startsWith(prefix) || dash < prefix.length()) {
       throw new IllegalArgumentException("lease " + name + " is no shard lease of system "
-          + systemName + " (<system>-shard-<typeName>-<shardId>): apportion.pekko.shard-lease"
+          + systemName + " (<system>-shard-<typeName>-<shardId>): dev.apportion.pekko.shard-lease"
           + " serves pekko.cluster.sharding.use-lease only");
     }
     this.typeName = name.substring(prefix.length(), dash);

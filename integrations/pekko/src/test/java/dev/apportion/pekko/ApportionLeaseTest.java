@@ -91,7 +91,7 @@ class ApportionLeaseTest {
   private static LeaseSettings settings(String name) {
     Config config = ConfigFactory.load();
     return LeaseSettings.apply(
-        config.getConfig("apportion.pekko.shard-lease")
+        config.getConfig("dev.apportion.pekko.shard-lease")
             .withFallback(config.getConfig("pekko.coordination.lease")),
         name, "127.0.0.1:2551");
   }
@@ -195,7 +195,7 @@ class ApportionLeaseTest {
         ConfigFactory.parseString("pekko.jvm-shutdown-hooks = off").withFallback(ConfigFactory.load()));
     try {
       Lease lease = LeaseProvider.get(system.classicSystem())
-          .getLease("Counters-shard-my-counters-7", "apportion.pekko.shard-lease", "owner");
+          .getLease("Counters-shard-my-counters-7", "dev.apportion.pekko.shard-lease", "owner");
       assertInstanceOf(ApportionLease.class, lease);
       assertEquals("7", ((ApportionLease) lease).shard());
       // No ApportionSharding started for the type on this node: refused, with why.
@@ -265,7 +265,8 @@ class ApportionLeaseTest {
         .andReturn(200, client.configMaps().inNamespace(NS).withName(ROOT).get()).always();
     await(() -> mine.lost.size() == 1);
     assertFalse(mine.lease.checkLease());
-    assertTrue(calls.contains("suspend [0, 1]") || calls.contains("suspend [1, 0]"), calls.toString());
+    // The worker suspends too (whichever of its lease thread and our check saw the end first).
+    await(() -> calls.stream().anyMatch(c -> c.startsWith("suspend ")));
     assertFalse(new Shard("1").acquire()); // nothing starts here while cut off
   }
 
