@@ -263,6 +263,13 @@ public final class ApportionSharding<M> implements AutoCloseable {
   }
 
   private final class Callbacks implements Worker.Callbacks {
+    /** Logged before the worker serves them: when another node's lease was cut off, this line
+     * tells from when the shards were this node's (tests/e2e/test_pekko.py). */
+    @Override
+    public void onAcquire(Set<String> units, long epoch) {
+      LOG.info("shards " + new java.util.TreeSet<>(units) + " acquired (epoch " + epoch + ")");
+    }
+
     /** Acknowledged once the local region confirms that none of {@code units} is hosted here:
      * the coordinator moved them (to the desired location the feed set) or they were never
      * started here. A region that does not answer is no confirmation: this throws, and the
