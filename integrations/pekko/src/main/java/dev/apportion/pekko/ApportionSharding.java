@@ -62,6 +62,7 @@ public final class ApportionSharding<M> implements AutoCloseable {
   private final int shards;
   private final Worker worker;
   private final ExternalShardAllocationClient locations;
+  private final ShardLeases leases;
   private final ScheduledExecutorService feeder;
   private final Map<String, Address> pushed = new HashMap<>();
 
@@ -71,7 +72,9 @@ public final class ApportionSharding<M> implements AutoCloseable {
     this.typeKey = typeKey;
     this.shards = shards;
     this.locations = ExternalShardAllocation.get(system).getClient(typeKey.name());
-    this.worker = Worker.fromEnvironment("ShardSet", shardSet, new Callbacks());
+    this.leases = new ShardLeases(System.getenv("POD_NAME"), typeKey.name());
+    this.worker = Worker.fromEnvironment("ShardSet", shardSet, leases.around(new Callbacks()));
+    leases.follow(worker);
     this.feeder =
         Executors.newSingleThreadScheduledExecutor(
             r -> {
@@ -107,6 +110,7 @@ public final class ApportionSharding<M> implements AutoCloseable {
       ActorSystem<?> system, EntityTypeKey<M> typeKey, String shardSet, int shards) {
     ApportionSharding<M> sharding = new ApportionSharding<>(system, typeKey, shardSet, shards);
     sharding.worker.start();
+    ShardLeases.Registry.of(system.classicSystem()).put(typeKey.name(), sharding.leases);
     sharding.feeder.scheduleWithFixedDelay(
         sharding::feed, 0, FEED_EVERY.toMillis(), TimeUnit.MILLISECONDS);
     return sharding;
@@ -254,9 +258,18 @@ public final class ApportionSharding<M> implements AutoCloseable {
   public void close() {
     feeder.shutdownNow();
     worker.close();
+    ShardLeases.Registry.of(system.classicSystem()).remove(typeKey.name(), leases);
+    leases.close();
   }
 
   private final class Callbacks implements Worker.Callbacks {
+    /** Logged before the worker serves them: when another node's lease was cut off, this line
+     * tells from when the shards were this node's (tests/e2e/test_pekko.py). */
+    @Override
+    public void onAcquire(Set<String> units, long epoch) {
+      LOG.info("shards " + new java.util.TreeSet<>(units) + " acquired (epoch " + epoch + ")");
+    }
+
     /** Acknowledged once the local region confirms that none of {@code units} is hosted here:
      * the coordinator moved them (to the desired location the feed set) or they were never
      * started here. A region that does not answer is no confirmation: this throws, and the

@@ -49,6 +49,9 @@ public final class CounterApp {
   public static void main(String[] args) throws Exception {
     // Pekko's log lines and the entities' lines through one (synchronized) stream: never mixed.
     System.setProperty("org.slf4j.simpleLogger.logFile", "System.out");
+    // apportion's own lines (java.util.logging) with unix seconds, as the entities' lines.
+    System.setProperty("java.util.logging.SimpleFormatter.format",
+        "%1$ts.%1$tL %4$s %3$s %5$s%6$s%n");
     String set = args[0];
     int shards = Integer.parseInt(args[1]);
     String pod = System.getenv("POD_NAME");
@@ -66,6 +69,11 @@ public final class CounterApp {
                 // Moves at most a second after apportion asks; the table spreads by gossip.
                 "pekko.cluster.sharding.rebalance-interval = 1s",
                 "pekko.cluster.distributed-data.gossip-interval = 500ms",
+                // A shard's entities run only while apportion's serving lease of it holds: a
+                // node cut off from the API server stops them before the operator can move
+                // the shard (docs/pekko.md). A refused lease is asked again after a second.
+                "pekko.cluster.sharding.use-lease = \"dev.apportion.pekko.shard-lease\"",
+                "pekko.cluster.sharding.lease-retry-interval = 1s",
                 // Entities live until their shard moves (the test counts every start and stop).
                 "pekko.cluster.sharding.passivation.strategy = none",
                 // The sample's messages are records; a real app would use Jackson or protobuf.
