@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "publishing": {"api"},
     "controllers": {"api", "engine", "publishing", "listwatch"},
     "listwatch": set(),
-    "worker": {"api", "engine", "listwatch"},
+    "worker": {"api", "engine", "listwatch", "fencing"},
     "grains": {"api", "engine", "listwatch", "worker"},
     "kafka": {"api", "engine", "listwatch", "worker"},
     "fencing": set(),
