@@ -274,7 +274,8 @@ def test_java_worker_stops_serving_through_an_api_outage_longer_than_its_lease(
 ) -> None:
     """The Java worker's serving lease (issue 20): the API server SIGSTOPped (its connections
     hang) for longer than the table's 1 s lease: the worker suspends its units, and resumes
-    them when the API server is back, releasing, revoking and acknowledging nothing for it."""
+    them when the API server is back, releasing and revoking nothing for it; its one ack after
+    it says only that it was suspended (for the operator's ServingSuspended report)."""
     uid = create_pod(kubectl, namespace, "w0")
     units = {"0": UnitState("w0", 1), "1": UnitState("w1", 1)}
     leased = dataclasses.replace(table(namespace, uid, 1, units), serving_lease=1.0)
@@ -291,4 +292,11 @@ def test_java_worker_stops_serving_through_an_api_outage_longer_than_its_lease(
     wait_for(lambda: java.saw("resume", ["0"], 1), timeout=30, message="never resumed")
     kinds = [e["event"] for e in java.events]
     assert "release" not in kinds and "revoke" not in kinds, java.events
-    assert pod_ack(kubectl, namespace, "w0") == acks
+    told = wait_for(
+        lambda: (ack := pod_ack(kubectl, namespace, "w0")) and "suspended" in ack and ack,
+        message="the ack never told of the suspension",
+    )
+    assert told.pop("suspended")["count"] == 1
+    # Nothing else: the epoch it had handled, nothing pending, not draining.
+    assert told == {"uid": uid, "epoch": 1, "pending": [], "draining": False}
+    assert acks in (None, told)
