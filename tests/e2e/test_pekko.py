@@ -22,7 +22,16 @@ from typing import Any
 
 import pytest
 from java_support import classpath
-from unitset_support import apply, events, get, is_true, read_table, unit_set, workers
+from unitset_support import (
+    apply,
+    cut_api_route,
+    events,
+    get,
+    is_true,
+    read_table,
+    unit_set,
+    workers,
+)
 
 from apportion.api.unitset import assignment_config_map
 from apportion.engine.locate import locate
@@ -390,7 +399,7 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     moving = placed[cut]
 
     t_cut = time.time()
-    kubectl("annotate", "pod", cut, "-n", namespace, "apportion.dev/simulate-api-cut=true")
+    cut_api_route(kubectl, namespace, cut)
     kubectl("annotate", "pod", cut, "-n", namespace, "apportion.dev/drain=true")
     after = wait_for(lambda: settled(set(pods[:2])), 120, f"{cut}'s shards never moved")
     # Every moved shard answers from its new pod before the cut is lifted.
@@ -399,7 +408,7 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     ]
     for entity in moved_names:
         assert traffic.send(entity, fronts[0])["pod"] != cut
-    kubectl("annotate", "pod", cut, "-n", namespace, "apportion.dev/simulate-api-cut-")
+    cut_api_route(kubectl, namespace, cut, cut=False)
     traffic.stop()
     evs = events(kubectl, namespace, SET)
     assert [e for e in evs if e["reason"] == "HandoffTimedOut"], "the moves were not forced"

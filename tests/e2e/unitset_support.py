@@ -11,6 +11,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from apportion.api.assignment import (
 )
 from apportion.api.unitset import assignment_config_map
 from apportion.devcluster.net import free_port, http_get
+from apportion.devcluster.podsim.relay import CUT_ANNOTATION, CUT_CONDITION
 
 REPO = Path(__file__).resolve().parents[2]
 API = "apportion.dev/v1alpha1"
@@ -338,3 +340,22 @@ def overlap_spans(log: list[Ownership]) -> dict[str, float]:
     for unit in since:
         spans[unit] = math.inf
     return spans
+
+
+def cut_api_route(
+    kubectl: Callable[..., Any], namespace: str, pod: str, cut: bool = True, timeout: float = 30
+) -> None:
+    """Cut (or restore) a relayed process pod's route to the API server (the pod simulator's
+    relay, docs/dev-cluster.md), and return once the simulator says it is in effect: the
+    annotation alone is only a request, which the simulator may act on after the operator has
+    already acted on what came next."""
+    flag = f"{CUT_ANNOTATION}=true" if cut else f"{CUT_ANNOTATION}-"
+    kubectl("annotate", "pod", pod, "-n", namespace, flag)
+    wanted = "True" if cut else "False"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conditions = get(kubectl, namespace, "pod", pod)["status"].get("conditions") or ()
+        if any(c["type"] == CUT_CONDITION and c["status"] == wanted for c in conditions):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the simulator never reported {pod}'s API route cut={cut}")

@@ -6,8 +6,9 @@ during a cut hang as a SYN to a dropped route does.
 
 A process pod annotated `apportion.dev/simulate-api-relay: "true"` reaches the API server through
 its own relay; `apportion.dev/simulate-api-cut: "true"` on the live pod cuts it, and removing the
-annotation lifts the cut. The relay forwards TLS untouched: the pod's kubeconfig names
-https://127.0.0.1:<relay port>, which the API server's certificate covers.
+annotation lifts the cut; the pod's condition `apportion.dev/SimulatedAPICut` says when either
+is in effect (the annotation is only a request). The relay forwards TLS untouched: the pod's
+kubeconfig names https://127.0.0.1:<relay port>, which the API server's certificate covers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from urllib.parse import urlsplit
 
 RELAY_ANNOTATION = "apportion.dev/simulate-api-relay"
 CUT_ANNOTATION = "apportion.dev/simulate-api-cut"
+CUT_CONDITION = "apportion.dev/SimulatedAPICut"
 _CHUNK = 65536
 
 

@@ -40,7 +40,12 @@ from apportion.devcluster.podsim.podenv import (
     source_data,
 )
 from apportion.devcluster.podsim.process import LocalProcess, exit_status
-from apportion.devcluster.podsim.relay import CUT_ANNOTATION, RELAY_ANNOTATION, ApiRelay
+from apportion.devcluster.podsim.relay import (
+    CUT_ANNOTATION,
+    CUT_CONDITION,
+    RELAY_ANNOTATION,
+    ApiRelay,
+)
 from apportion.devcluster.podsim.serviceaccount import (
     REFRESH_AT,
     TOKEN_SECONDS,
@@ -219,6 +224,7 @@ class PodWorker:
         self.token_at: float | None = None
         self.probe_failures = 0
         self.relay: ApiRelay | None = None
+        self._cut_reported: asyncio.Future[None] | None = None
         self.relay_server = ""
         self._changed = asyncio.Event()
         self._cancelled = False
@@ -255,7 +261,10 @@ class PodWorker:
         self.gone = self.gone or gone
         if self.relay is not None:
             annotations = pod["metadata"].get("annotations") or {}
-            self.relay.cut = annotations.get(CUT_ANNOTATION) == "true"
+            cut = annotations.get(CUT_ANNOTATION) == "true"
+            if cut != self.relay.cut:
+                self.relay.cut = cut
+                self._cut_reported = asyncio.ensure_future(self._report_cut(cut))
         self._changed.set()
 
     def cancel(self) -> None:
@@ -605,6 +614,16 @@ class PodWorker:
             now=objects.now_iso(),
         )
         await self._patch_status(status)
+
+    async def _report_cut(self, cut: bool) -> None:
+        """The pod condition CUT_CONDITION: from when it is True, nothing the pod sends or is
+        sent gets through, so a test can act on the cut knowing it holds."""
+        condition = {
+            "type": CUT_CONDITION,
+            "status": "True" if cut else "False",
+            "lastTransitionTime": objects.now_iso(),
+        }
+        await self._patch_status({"conditions": [condition]})
 
     async def _patch_status(self, status: dict[str, Any]) -> None:
         try:
