@@ -17,13 +17,17 @@ RUN python3 -m venv /opt/apportion
 # The pip extras installed: the operator's by default; the dev-cluster's real node adds
 # `postgres` (psycopg) for the demo workers' fenced writes, which the product image never makes.
 ARG EXTRAS=operator
+# Set (to anything) by the dev-cluster's real node only: the harness and demo of devtools/ go
+# into its image beside the product; the product image never holds them.
+ARG DEVTOOLS=
 COPY pyproject.toml README.md /src/
 COPY operator /src/operator
+COPY devtools /src/devtools
 # A build behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is
 # mounted for this step only and never lands in a layer.
 RUN --mount=type=secret,id=ca-bundle \
     if [ -f /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
-    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check "/src[${EXTRAS}]" \
+    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check "/src[${EXTRAS}]" ${DEVTOOLS:+/src/devtools} \
     && /opt/apportion/bin/pip uninstall --yes --quiet pip setuptools \
     && rm -rf /src
 

@@ -15,10 +15,10 @@ setup: native-deps node-deps $(VENV)/.installed
 native-deps:
 	sh scripts/native-deps.sh
 
-$(VENV)/.installed: pyproject.toml operator/apportion/engine/_keys.c | native-deps
+$(VENV)/.installed: pyproject.toml devtools/pyproject.toml operator/apportion/engine/_keys.c | native-deps
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev]' -e './devtools[postgres]'
 	touch $@
 
 # runc, CNI plugins, buildah, iptables, debootstrap for the real node; a no-op when present, a
@@ -82,7 +82,7 @@ bench: setup kafka-jars
 # Gates that fail the test run: ruff, and mypy (strict on the api and engine layers; the
 # modules still on pyproject.toml's typing-debt list are not checked yet).
 lint: setup
-	$(BIN)/ruff check operator tests bench conformance integrations scripts
+	$(BIN)/ruff check operator devtools tests bench conformance integrations scripts
 	$(BIN)/mypy
 
 crds: setup

@@ -300,8 +300,8 @@ def cluster_writes(minutes: float) -> None:
     from lightkube.resources.core_v1 import ConfigMap
 
     from apportion.api.placement_table import configmap_name, from_configmap
-    from apportion.devcluster import DevCluster
-    from apportion.devcluster.net import free_port
+    from apportion_dev.devcluster import DevCluster
+    from apportion_dev.devcluster.net import free_port
 
     print()
     print("3. writes per minute on a real control plane: 8 worker processes, one")

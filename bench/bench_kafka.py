@@ -306,7 +306,7 @@ def apportion_side(bootstrap: str, topic: str, consumer: list[str]) -> tuple[lis
         workers,
     )
 
-    from apportion.devcluster import DevCluster
+    from apportion_dev.devcluster import DevCluster
 
     cluster = DevCluster.start()
     namespace = "bench-kafka"

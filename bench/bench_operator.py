@@ -47,7 +47,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
 from apportion.api.unitset import assignment_config_map
-from apportion.devcluster import DevCluster
+from apportion_dev.devcluster import DevCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
 from unitset_support import grant_worker_role, unit_set, workers

@@ -17,10 +17,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from apportion.devcluster import DevCluster
-from apportion.devcluster.realnode.host import why_not
-from apportion.devcluster.realnode.images import IMAGE
-from apportion.devcluster.realnode.node import NODE_NAME
+from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.realnode.host import why_not
+from apportion_dev.devcluster.realnode.images import IMAGE
+from apportion_dev.devcluster.realnode.node import NODE_NAME
 
 REPO = Path(__file__).resolve().parents[1]
 KLOG_TIME = re.compile(r"^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+)", re.MULTILINE)
@@ -78,7 +78,7 @@ def deployment(cluster: DevCluster) -> float:
 def operator(cluster: DevCluster) -> float:
     """`kubectl apply -k` of the overlay the e2e tests use, until both replicas are Ready."""
     began = time.monotonic()
-    cluster.kubectl("apply", "-k", str(REPO / "tests" / "e2e" / "overlays" / "local-image"))
+    cluster.kubectl("apply", "-k", str(REPO / "devtools" / "overlays" / "local-image"))
     cluster.kubectl(
         "rollout",
         "status",

@@ -1,16 +1,51 @@
 """Fixtures shared by unit and end-to-end tests: the Go tools they run (built by `make tools`; a
 test run on a machine without them builds them first, it never skips) and a private PostgreSQL
-server (installed first where missing, see postgres_support)."""
+server (installed first where missing, see postgres_support).
+
+The tiers (markers; README, "Tests"): `unit` (tests/unit: Python, Java and Maven, nothing else),
+`e2e` (tests/e2e on the dev-cluster: a real API server and the pod simulator, on Linux) and
+`realnode` (the tests on a real kubelet: root on Linux). A run leaves out the tiers this machine
+cannot run and says so in one line; under CI it leaves out nothing and fails instead."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from postgres_support import PostgresServer
+from tiers import cannot_run, tier
 
-from apportion.devcluster.tools import HELM, PROMTOOL, ensure_tool
+from apportion_dev.devcluster.tools import HELM, PROMTOOL, ensure_tool
+
+HERE = Path(__file__).parent
+LEFT_OUT = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    kept, left_out = [], []
+    for item in items:
+        name = tier(item)
+        item.add_marker(getattr(pytest.mark, name))
+        (left_out if cannot_run(name) else kept).append(item)
+    if not left_out:
+        return
+    reasons = sorted({f"{tier(i)} ({cannot_run(tier(i))})" for i in left_out})
+    line = f"left out {len(left_out)} test(s) of the tiers {', '.join(reasons)}"
+    if os.environ.get("CI") == "true":
+        raise pytest.UsageError(f"CI runs every tier, but this machine cannot: {line}")
+    config.hook.pytest_deselected(items=left_out)
+    items[:] = kept
+    config.stash[LEFT_OUT] = line
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    line = config.stash.get(LEFT_OUT, None)
+    if line:
+        terminalreporter.write_line(line, yellow=True, bold=True)
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 the pod simulator, see docs/dev-cluster.md) shared by the whole test session.
 
 Fixtures
-  dev_cluster  (session) a running `apportion.devcluster.DevCluster`. The control-plane binaries
+  dev_cluster  (session) a running `apportion_dev.devcluster.DevCluster`. The control-plane binaries
                are built first when they are not cached (build progress is shown even under
                capture); a failed build or start is an error, never a skip.
                Useful members: .kubectl(*args, input=None, check=True) → CompletedProcess[str]
@@ -11,7 +11,7 @@ Fixtures
                operator), .pod_log_path(namespace, name) (output of process-simulated pods),
                .log_path("kube-apiserver" | "kube-controller-manager" | "etcd" | "podsim").
   real_cluster (session) a DevCluster with a real node (kubelet, containerd, runc, kube-proxy,
-               kube-scheduler, metrics-server; see apportion.devcluster.realnode) instead of the
+               kube-scheduler, metrics-server; see apportion_dev.devcluster.realnode) instead of the
                pod simulator, its images built first. One per machine: the real-node tests share
                it, and tests/e2e/test_real_node_cleanup.py runs before anything starts it.
   kubectl      dev_cluster.kubectl.
@@ -26,10 +26,11 @@ Fixtures
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
                unitset_support.Operator); the test fails if it crashed or did not stop cleanly.
 
-Every test under tests/e2e is marked `e2e` (select or deselect with `-m e2e` / `-m "not e2e"`).
+Every test under tests/e2e is marked `e2e`, or `realnode` when it runs on the real node (tests/
+conftest.py; select or deselect with `-m e2e`, `-m "not realnode"`).
 Pods run on simulated nodes sim-node-0..2 (zones zone-a..c) with loopback IPs; annotate a pod
 `apportion.dev/simulate: process` to run its first container's command as a local process, as
-its ServiceAccount (a bound token, like the kubelet's; see apportion.devcluster.podsim).
+its ServiceAccount (a bound token, like the kubelet's; see apportion_dev.devcluster.podsim).
 APPORTION_KEEP_STATE=1 keeps the cluster's state directory (logs, pod logs) after the session.
 """
 
@@ -46,8 +47,8 @@ from typing import Any, TypeVar
 import pytest
 from unitset_support import Operator, grant_worker_role
 
-from apportion.devcluster import DevCluster
-from apportion.devcluster.net import http_get
+from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.net import http_get
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -55,9 +56,6 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        if HERE in item.path.parents:
-            item.add_marker(pytest.mark.e2e)
     # One real node per machine: the tests that start and kill their own (the clean-up tests)
     # run before the session's shared real node starts, and the tests on that node run last,
     # so it is up for as short a time as possible beside the simulator's clusters.

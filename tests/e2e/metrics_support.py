@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 from conftest import _wait_for
 
-from apportion.devcluster import DevCluster
+from apportion_dev.devcluster import DevCluster
 
 HERE = Path(__file__).parent
 POD_METRICS_CRD = HERE / "manifests" / "podmetrics-crd.yaml"

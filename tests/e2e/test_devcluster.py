@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from apportion.devcluster import SIMULATE_ANNOTATION, DevCluster, DevClusterError
-from apportion.devcluster.net import http_get
-from apportion.devcluster.paths import module_versions
-from apportion.devcluster.processes import is_running
+from apportion_dev.devcluster import SIMULATE_ANNOTATION, DevCluster, DevClusterError
+from apportion_dev.devcluster.net import http_get
+from apportion_dev.devcluster.paths import module_versions
+from apportion_dev.devcluster.processes import is_running
 
 GRACE = 2
 

@@ -38,7 +38,7 @@ from apportion.api.placement_table import (
     configmap_name,
     from_configmap,
 )
-from apportion.devcluster.net import free_port
+from apportion_dev.devcluster.net import free_port
 
 API = "apportion.dev/v1alpha1"
 WORKERS = [f"w-{i}" for i in range(8)]

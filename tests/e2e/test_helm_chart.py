@@ -1,5 +1,5 @@
 """The Helm chart (charts/apportion) with the real helm, built from its Go module
-(`apportion.devcluster.tools.HELM`): it lints, it renders the same objects as the kustomize base
+(`apportion_dev.devcluster.tools.HELM`): it lints, it renders the same objects as the kustomize base
 (`kubectl kustomize manifests/` with the dev-cluster's kubectl) apart from the differences listed
 here, its values do what values.yaml says, the API server accepts it in a server-side dry run,
 and `helm install`, `upgrade` and `uninstall` on a cluster of their own do what
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from apportion.devcluster import DevCluster, ensure_built
-from apportion.devcluster.tools import HELM
+from apportion_dev.devcluster import DevCluster, ensure_built
+from apportion_dev.devcluster.tools import HELM
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "apportion"

@@ -29,7 +29,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
-from apportion.devcluster.kubeconfig import write_user_kubeconfig
+from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
 
 ROOT = assignment_config_map("ShardSet", "carts")
 ACK = "apportion.dev/ack.shardset.carts"

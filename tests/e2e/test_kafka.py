@@ -45,7 +45,7 @@ from unitset_support import (
 )
 
 from apportion.api.pods import DRAIN_ANNOTATION
-from apportion.devcluster.podsim.relay import RELAY_ANNOTATION
+from apportion_dev.devcluster.podsim.relay import RELAY_ANNOTATION
 
 TOPIC = "orders"
 PARTITIONS = 8

@@ -1,5 +1,5 @@
 """The krew manifest of `kubectl apportion` (plugins/krew), checked by krew itself (built from
-its Go module, `apportion.devcluster.tools.KREW`): krew's manifest validator accepts it, the
+its Go module, `apportion_dev.devcluster.tools.KREW`): krew's manifest validator accepts it, the
 archive `make krew` builds is the one it names (same sha256, the package's version), krew
 installs the plugin from it, and the real kubectl then runs the krew-installed plugin against
 the dev-cluster."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from apportion.devcluster.tools import KREW, ensure_tool
+from apportion_dev.devcluster.tools import KREW, ensure_tool
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFEST = REPO / "plugins" / "krew" / "apportion.yaml"

@@ -26,9 +26,9 @@ from apportion.api.common import MetricsSpec
 from apportion.api.metrics import WorkerMetrics
 from apportion.api.unitset import MetricsSource
 from apportion.controllers.metrics import MetricsCollector, PodRef
-from apportion.devcluster import DevCluster
-from apportion.devcluster.net import free_port
 from apportion.engine.grains.table import GrainMemberStats
+from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.net import free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -35,7 +35,7 @@ from unitset_support import (
 )
 
 from apportion.api.assignment import AssignmentTable
-from apportion.devcluster.net import http_get_json
+from apportion_dev.devcluster.net import http_get_json
 
 SET = "PartitionSet/rs"
 PODS = [f"rw-{i}" for i in range(6)]

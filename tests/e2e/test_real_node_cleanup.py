@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from apportion.devcluster import DevCluster
+from apportion_dev.devcluster import DevCluster
 
 SYSCTLS = (
     "vm/overcommit_memory",
@@ -82,7 +82,7 @@ STARTER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from apportion.devcluster import DevCluster
+    from apportion_dev.devcluster import DevCluster
     cluster = DevCluster.start(Path(sys.argv[1]), real_node=True)
     cluster.kubectl("run", "survivor", "--image=localhost/apportion:dev", "--restart=Never",
                     "--command", "--", "python3", "-c", "import time; time.sleep(3601)")

@@ -27,10 +27,10 @@ import yaml
 from postgres_support import PostgresServer
 from unitset_support import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
-from apportion.devcluster import DevCluster, KubectlError
-from apportion.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
-from apportion.devcluster.realnode.images import IMAGE, for_real_node
-from apportion.devcluster.realnode.node import NODE_NAME
+from apportion_dev.devcluster import DevCluster, KubectlError
+from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
+from apportion_dev.devcluster.realnode.images import IMAGE, for_real_node
+from apportion_dev.devcluster.realnode.node import NODE_NAME
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"
@@ -190,7 +190,7 @@ def _through_port_forward(cluster: DevCluster, namespace: str, target: str, port
 @pytest.fixture(scope="module")
 def installed_operator(real_cluster: DevCluster) -> DevCluster:
     """The operator as a user installs it, from the image built here."""
-    overlay = REPO / "tests" / "e2e" / "overlays" / "local-image"
+    overlay = REPO / "devtools" / "overlays" / "local-image"
     real_cluster.kubectl("apply", "-k", str(overlay))
     real_cluster.kubectl(
         "rollout", "status", "-n", SYSTEM, "statefulset/apportion-operator", "--timeout=180s"
@@ -876,7 +876,7 @@ def test_helm_installs_the_operator_on_the_real_node(
     from the image built here, it places a new set, and `helm uninstall` removes it. Last in
     this module: it takes the kustomize install away."""
     cluster = installed_operator
-    overlay = REPO / "tests" / "e2e" / "overlays" / "local-image"
+    overlay = REPO / "devtools" / "overlays" / "local-image"
     rendered = yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout)
     without_crds = [d for d in rendered if d and d["kind"] != "CustomResourceDefinition"]
     cluster.kubectl("delete", "-f", "-", "--wait=true", input=yaml.safe_dump_all(without_crds))

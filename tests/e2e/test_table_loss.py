@@ -135,15 +135,32 @@ def test_a_rolled_back_table_is_replaced_above_every_epoch_used(
 def test_a_garbled_table_is_repaired_and_the_status_never_claims_otherwise(
     operator, dev_cluster, namespace, kubectl, wait_for
 ) -> None:
+    """While the table is unreadable and after, the status names only epochs of tables that
+    were readable: the one before, or the repair above it; never a lower one."""
     before = shard_set(kubectl, namespace, wait_for)
     patch = {"data": {"assignments.json": "{this is not json"}}
     kubectl("patch", "-n", namespace, "configmap", CM, "--type=merge", "-p", json.dumps(patch))
 
-    again = republished_above(
-        kubectl, namespace, wait_for, before.epoch, "the table rewritten after it was garbled"
-    )
+    claimed: list[int] = []
+
+    def repaired():
+        claimed.append(get(kubectl, namespace, "sset", "carts")["status"]["epoch"])
+        try:
+            table = read_table(kubectl, namespace, "ShardSet", "carts")
+        except AssignmentFormatError:
+            return None  # still garbled: the repair is yet to come
+        return table if table is not None and table.epoch > before.epoch else None
+
+    again = wait_for(repaired, 30, "the table rewritten after it was garbled")
     assert again.owners() == before.owners()
     assert "AssignmentTableUnreadable" in reasons_of(kubectl, namespace)
+    final = wait_for(
+        lambda: (e := get(kubectl, namespace, "sset", "carts")["status"]["epoch"]) >= again.epoch
+        and e,
+        30,
+        "the status naming the repaired table",
+    )
+    assert set(claimed) <= {before.epoch} | set(range(again.epoch, final + 1)), claimed
     scale(kubectl, namespace, 4)
     settled(kubectl, namespace, wait_for, 4)
     no_overlap(dev_cluster, namespace)

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from unitset_support import WORKER_ACCOUNT
 
-from apportion.devcluster import DevCluster
-from apportion.devcluster.kubeconfig import write_user_kubeconfig
+from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
 
 POLICY = "apportion-worker-writes"
 ACK = "apportion.dev/ack.shardset.carts"

@@ -28,8 +28,8 @@ from apportion.api.assignment import (
     decode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
-from apportion.devcluster.net import free_port, http_get
-from apportion.devcluster.podsim.relay import CUT_ANNOTATION, CUT_CONDITION
+from apportion_dev.devcluster.net import free_port, http_get
+from apportion_dev.devcluster.podsim.relay import CUT_ANNOTATION, CUT_CONDITION
 
 REPO = Path(__file__).resolve().parents[2]
 API = "apportion.dev/v1alpha1"

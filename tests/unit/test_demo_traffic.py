@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from apportion.api.assignment import AssignmentTable, Incarnation, ResourceRef, UnitState
-from apportion.worker.traffic import TrafficSettings, UnitSetRoute, ZipfKeys
+from apportion_dev.worker.traffic import TrafficSettings, UnitSetRoute, ZipfKeys
 
 
 def test_settings_from_the_configmap_data() -> None:

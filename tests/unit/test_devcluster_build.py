@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from apportion.devcluster import build, paths
-from apportion.devcluster.paths import DevClusterError
+from apportion_dev.devcluster import build, paths
+from apportion_dev.devcluster.paths import DevClusterError
 
 GO_MOD = """\
 // comment

@@ -13,14 +13,14 @@ import pytest
 import yaml
 from lightkube import KubeConfig
 
-from apportion.devcluster import processes
-from apportion.devcluster.cluster import cluster_env
-from apportion.devcluster.credentials import token_auth_line
-from apportion.devcluster.kubeconfig import write_kubeconfig
-from apportion.devcluster.net import free_port, free_ports
-from apportion.devcluster.paths import DevClusterError
-from apportion.devcluster.processes import ProcessRecord
-from apportion.devcluster.state import (
+from apportion_dev.devcluster import processes
+from apportion_dev.devcluster.cluster import cluster_env
+from apportion_dev.devcluster.credentials import token_auth_line
+from apportion_dev.devcluster.kubeconfig import write_kubeconfig
+from apportion_dev.devcluster.net import free_port, free_ports
+from apportion_dev.devcluster.paths import DevClusterError
+from apportion_dev.devcluster.processes import ProcessRecord
+from apportion_dev.devcluster.state import (
     MARKER,
     ClusterState,
     Layout,

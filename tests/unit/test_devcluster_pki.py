@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from apportion.devcluster import pki
+from apportion_dev.devcluster import pki
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from apportion.devcluster.podsim import objects
-from apportion.devcluster.podsim.ipam import IpPool
-from apportion.devcluster.podsim.podenv import (
+from apportion_dev.devcluster.podsim import objects
+from apportion_dev.devcluster.podsim.ipam import IpPool
+from apportion_dev.devcluster.podsim.podenv import (
     EnvError,
     command_line,
     container_env,
@@ -22,7 +22,7 @@ from apportion.devcluster.podsim.podenv import (
     referenced_sources,
     source_data,
 )
-from apportion.devcluster.podsim.process import exit_status
+from apportion_dev.devcluster.podsim.process import exit_status
 
 POD: dict[str, Any] = {
     "metadata": {

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from apportion.devcluster.realnode import images
-from apportion.devcluster.tools import CONTAINERD, METRICS_SERVER, PROMTOOL, tool_build
+from apportion_dev.devcluster.realnode import images
+from apportion_dev.devcluster.tools import CONTAINERD, METRICS_SERVER, PROMTOOL, tool_build
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,9 +35,9 @@ def test_the_published_image_is_the_one_the_manifests_name() -> None:
 
 def test_the_local_overlay_swaps_only_the_image_for_the_local_build() -> None:
     overlay = yaml.safe_load(
-        (REPO / "tests" / "e2e" / "overlays" / "local-image" / "kustomization.yaml").read_text()
+        (REPO / "devtools" / "overlays" / "local-image" / "kustomization.yaml").read_text()
     )
-    assert overlay["resources"] == ["../../../../manifests"]
+    assert overlay["resources"] == ["../../../manifests"]
     assert set(overlay) == {"apiVersion", "kind", "resources", "images"}
     (image,) = overlay["images"]
     assert image["name"] == images.PUBLISHED_IMAGE.split(":")[0]

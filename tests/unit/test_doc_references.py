@@ -15,17 +15,32 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "apportion"
+HARNESS = REPO / "devtools" / "apportion_dev"
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 CODE = re.compile(r"`([^`\n]+)`")
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # Not inside a longer name: `dev.apportion.client` is a Java package, `keys/apportion.json` a file.
-DOTTED = re.compile(r"(?<![\w./-])apportion(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+DOTTED = re.compile(r"(?<![\w./-])apportion(?:_dev)?(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
 SOURCE = re.compile(r"^[\w./-]*[\w-]+\.(?:py|md|yaml|yml|java|toml|c|sh|xml)$")
-TOP = ("operator/", "docs/", "tests/", "bench/", "manifests/", "crds/", "scripts/", ".ci/")
+TOP = (
+    "operator/",
+    "devtools/",
+    "docs/",
+    "tests/",
+    "bench/",
+    "manifests/",
+    "crds/",
+    "scripts/",
+    ".ci/",
+)
 LAYERS = ("api/", "engine/", "controllers/", "publishing/", "worker/", "grains/", "cli/")
 CALL = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\(")
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(?:_[a-z0-9]+)+$")
+# Names a string literal defines: an SQL table, a key of a TOML or INI text.
+DEFINED_IN_TEXT = re.compile(
+    r"(?:\b(?:TABLE(?: IF NOT EXISTS)?|INTO|FROM) |^\s*)([a-z_][\w]*)(?= |\s*=)", re.M
+)
 
 OUTSIDE = {
     # Names of other projects the docs quote (kopf, lightkube, Kubernetes, Python, the JVM),
@@ -45,7 +60,7 @@ def defined_names() -> set[str]:
     """Every name the package and its tests define or spell out: modules, functions, classes,
     their attributes and parameters, constants, and string literals."""
     names: set[str] = set()
-    for path in [*PACKAGE.rglob("*.py"), *(REPO / "tests").rglob("*.py")]:
+    for path in [*PACKAGE.rglob("*.py"), *HARNESS.rglob("*.py"), *(REPO / "tests").rglob("*.py")]:
         if path == Path(__file__).resolve():
             continue
         names.add(path.stem)
@@ -64,7 +79,12 @@ def defined_names() -> set[str]:
             elif isinstance(node, ast.keyword) and node.arg:
                 names.add(node.arg)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                names.update(re.findall(r"[A-Za-z_][\w.]*", node.value))
+                # A string that is a name as a whole (a dict key, an entry-point group, a field
+                # or flag name), not any word inside a message.
+                if re.fullmatch(r"-{0,2}[A-Za-z_][\w.-]*", node.value):
+                    names.add(node.value.lstrip("-").replace("-", "_"))
+                    names.add(node.value)
+                names.update(DEFINED_IN_TEXT.findall(node.value))
     return names
 
 
@@ -110,7 +130,7 @@ def path_exists(doc: str, path: str) -> bool:
     """Relative to the repository, the doc, or the package (`controllers/unitsets/loop.py`); a bare
     file name anywhere in the sources (`_keys.c`)."""
     path = path.rstrip("/")
-    bases = [REPO, REPO / "docs", PACKAGE, REPO / "operator", REPO / "tests"]
+    bases = [REPO, REPO / "docs", PACKAGE, HARNESS, REPO / "operator", REPO / "tests"]
     if any((base / path).exists() for base in bases):
         return True
     return "/" not in path and any(

@@ -1,11 +1,12 @@
-"""The pod simulator's cuttable route to the API server (apportion.devcluster.podsim.relay): bytes
-flow both ways; while cut, none arrive and no connection ends; after the cut they all arrive."""
+"""The pod simulator's cuttable route to the API server (apportion_dev.devcluster.podsim.relay):
+bytes flow both ways; while cut, none arrive and no connection ends; after the cut they all
+arrive."""
 
 from __future__ import annotations
 
 import asyncio
 
-from apportion.devcluster.podsim.relay import ApiRelay
+from apportion_dev.devcluster.podsim.relay import ApiRelay
 
 
 async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -8,8 +8,8 @@ import asyncio
 import httpx2
 import pytest
 
-from apportion.devcluster.podsim import simulator
-from apportion.devcluster.podsim.simulator import supervised
+from apportion_dev.devcluster.podsim import simulator
+from apportion_dev.devcluster.podsim.simulator import supervised
 
 
 async def test_a_failing_loop_runs_again_until_it_returns(monkeypatch) -> None:

@@ -7,8 +7,9 @@ import xxhash
 
 from apportion.api.assignment import AssignmentTable, Incarnation, Lineage, ResourceRef, UnitState
 from apportion.engine.keys import get_scheme
-from apportion.worker import UnitRange, counters
+from apportion.worker import UnitRange
 from apportion.worker.handover import UnitSnapshot, era_start, lease_name
+from apportion_dev.worker import counters
 
 SCHEME = get_scheme("apportion")
 KEYS = [f"order-{i}" for i in range(2000)]

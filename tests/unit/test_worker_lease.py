@@ -210,7 +210,7 @@ async def test_without_a_lease_in_the_table_a_cut_off_worker_keeps_serving() -> 
 async def test_readyz_tells_whether_the_worker_serves(status: int) -> None:
     from aiohttp import ClientSession
 
-    from apportion.devcluster.net import free_port
+    from apportion_dev.devcluster.net import free_port
 
     api, clock = CutOffApi(FIRST), Clock()
     port = free_port()

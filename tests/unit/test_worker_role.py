@@ -15,9 +15,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "operator" / "apportion"
 # The Python worker library: what runs in a worker pod. The demo's traffic generator
-# (worker/traffic.py) runs under its own Role (manifests/samples/traffic-demo.yaml), checked below.
+# (devtools/apportion_dev/worker/traffic.py) runs under its own Role
+# (manifests/samples/traffic-demo.yaml), checked below.
 PYTHON_LIBRARY = ["worker", "grains", "kafka", "listwatch.py"]
-TRAFFIC = PACKAGE / "worker" / "traffic.py"
+TRAFFIC = REPO / "devtools" / "apportion_dev" / "worker" / "traffic.py"
 JAVA_SOURCES = [
     REPO / "clients" / "java",
     REPO / "integrations" / "pekko",

@@ -2,7 +2,9 @@
 
 Each subcommand lives in its own module of this package, named after the command with dashes as
 underscores, and exposes ``register(subparsers)``; heavy imports stay inside the command's
-function so that `apportion locate` does not pay for kopf.
+function so that `apportion locate` does not pay for kopf. Other distributions add commands
+through the entry points `apportion.commands` (name → its ``register``): the harness in
+devtools/ adds dev-cluster and the demo commands this way.
 """
 
 from __future__ import annotations
@@ -11,19 +13,10 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from importlib.metadata import entry_points
 
-SUBCOMMANDS = (
-    "dev-cluster",
-    "crds",
-    "operator",
-    "locate",
-    "plan",
-    "simulate",
-    "explain",
-    "demo",
-    "demo-worker",
-    "demo-traffic",
-)
+SUBCOMMANDS = ("crds", "operator", "locate", "plan", "simulate", "explain")
+COMMAND_ENTRY_POINTS = "apportion.commands"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in SUBCOMMANDS:
         module = importlib.import_module(f"apportion.cli.{name.replace('-', '_')}")
         module.register(subparsers)
+    for plugged in sorted(entry_points(group=COMMAND_ENTRY_POINTS), key=lambda e: e.name):
+        if plugged.name not in SUBCOMMANDS:
+            plugged.load()(subparsers)
     return parser
 
 

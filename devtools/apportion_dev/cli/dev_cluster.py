@@ -1,0 +1,186 @@
+"""`apportion dev-cluster`: a real Kubernetes control plane on loopback, built from Go modules.
+
+build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the node binaries
+            (kubelet, kube-scheduler, kube-proxy) once per version
+image       build apportion's container image from the Dockerfile with buildah (`make image`)
+start       start a cluster that keeps running after the command returns; `--node real` runs a
+            real node (kubelet + containerd, root on Linux) instead of the pod simulator
+tools       build the Go tools the tests run (promtool, helm; once per version)
+stop        stop it and delete its state
+status      show whether it runs and where its kubeconfig is
+kubeconfig  print the kubeconfig path (`export KUBECONFIG=$(apportion dev-cluster kubeconfig)`)
+run -- CMD  start a private cluster, run CMD against it, stop it, exit with CMD's status
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "dev-cluster",
+        help="local kube-apiserver + controller-manager + etcd + pod simulator",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("build", help="build the control-plane binaries if they are not cached")
+    actions.add_parser("image", help="build apportion's image with buildah")
+    actions.add_parser("tools", help="build the test tools (promtool, helm) if they are not cached")
+    state_dir_help = (
+        "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
+        "dev-cluster)"
+    )
+    for name, help_text in (
+        ("start", "start a cluster in the background"),
+        ("stop", "stop the cluster and remove its state"),
+        ("status", "show the cluster's processes"),
+        ("kubeconfig", "print the kubeconfig path"),
+    ):
+        action = actions.add_parser(name, help=help_text)
+        action.add_argument("--state-dir", type=Path, default=None, help=state_dir_help)
+        if name == "start":
+            action.add_argument(
+                "--no-pod-simulator",
+                dest="pod_simulator",
+                action="store_false",
+                help="leave Pods Pending (no simulated nodes)",
+            )
+            action.add_argument(
+                "--node",
+                choices=("sim", "real", "auto"),
+                default="sim",
+                help="sim: the pod simulator (default); real: a kubelet with containerd running "
+                "real containers (Linux, root; one per machine); auto: real where the machine "
+                "allows it, else sim",
+            )
+    run_parser = actions.add_parser("run", help="start a private cluster, run CMD, stop")
+    run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from apportion_dev.devcluster import DevCluster, DevClusterError, ensure_built
+    from apportion_dev.devcluster.state import default_state_dir
+
+    try:
+        if args.action == "build":
+            print(ensure_built())
+            return 0
+        if args.action == "image":
+            from apportion_dev.devcluster.realnode import images
+
+            images.build_image()
+            return 0
+        if args.action == "tools":
+            from apportion_dev.devcluster.tools import TEST_TOOLS, ensure_tool
+
+            for tool in TEST_TOOLS:
+                print(ensure_tool(tool))
+            return 0
+        if args.action == "run":
+            return _run_command(args.command)
+        state_dir = args.state_dir or default_state_dir()
+        if args.action == "start":
+            real_node = choose_real_node(args.node)
+            return _start(state_dir, args.pod_simulator, real_node, args.state_dir is not None)
+        if args.action == "stop":
+            return _stop(state_dir)
+        cluster = DevCluster.attach(state_dir)
+        if args.action == "kubeconfig":
+            print(cluster.kubeconfig)
+        elif args.action == "status":
+            for name, alive in cluster.process_status().items():
+                print(f"{name:<24} {'running' if alive else 'NOT RUNNING'}")
+            print(f"{'server':<24} {cluster.server}")
+            print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
+            return 0 if cluster.running() else 1
+        return 0
+    except DevClusterError as error:
+        print(f"apportion dev-cluster {args.action}: {error}", file=sys.stderr)
+        return 1
+
+
+def choose_real_node(node: str) -> bool:
+    """`--node auto` runs a real node where the machine allows it and says in one line why not
+    otherwise."""
+    if node == "sim":
+        return False
+    from apportion_dev.devcluster.realnode.host import why_not
+
+    reason = why_not()
+    if node == "auto" and reason:
+        print(f"pod simulator instead of a real node: {reason}", file=sys.stderr)
+    return node == "real" or reason is None
+
+
+def _stop(state_dir: Path) -> int:
+    """Stop the cluster in `state_dir`, and put the machine back as it was if a real node was
+    left behind by a cluster that is gone (its starting process was SIGKILLed)."""
+    from apportion_dev.devcluster import DevCluster, DevClusterError
+    from apportion_dev.devcluster.cluster import clean_up_abandoned_node
+
+    try:
+        DevCluster.attach(state_dir).stop()
+        print(f"stopped; removed {state_dir}")
+        stopped = True
+    except DevClusterError as error:
+        stopped = False
+        message = str(error)
+    abandoned = clean_up_abandoned_node()
+    if abandoned:
+        print(f"cleaned up the real node abandoned by {abandoned}")
+    if not (stopped or abandoned):
+        print(f"apportion dev-cluster stop: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start(state_dir: Path, pod_simulator: bool, real_node: bool, explicit_dir: bool) -> int:
+    from apportion_dev.devcluster import DevCluster, DevClusterError
+
+    try:
+        existing = DevCluster.attach(state_dir)
+    except DevClusterError:
+        existing = None
+    if existing is not None and existing.running():
+        print(f"already running: export KUBECONFIG={existing.kubeconfig}")
+        return 0
+    began = time.monotonic()
+    cluster = DevCluster.start(
+        state_dir, pod_simulator=pod_simulator, real_node=real_node, detach=True
+    )
+    stop = "apportion dev-cluster stop" + (f" --state-dir {state_dir}" if explicit_dir else "")
+    print(
+        f"dev-cluster ready in {time.monotonic() - began:.1f}s at {cluster.server}\n"
+        f"  export KUBECONFIG={cluster.kubeconfig}\n"
+        f"  export PATH={cluster.bin_dir}:$PATH   # the matching kubectl\n"
+        f"  logs: {cluster.state_dir / 'logs'}\n"
+        f"stop it with: {stop}"
+    )
+    return 0
+
+
+def _run_command(command: list[str]) -> int:
+    import signal
+    import subprocess
+
+    from apportion_dev.devcluster import DevCluster
+
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        print("apportion dev-cluster run: give a command after --", file=sys.stderr)
+        return 2
+    # SIGTERM (CI cancelling a job) unwinds like Ctrl-C, so the cluster is stopped and removed.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    with DevCluster.start() as cluster:
+        try:
+            return subprocess.run(command, env=cluster.env, check=False).returncode
+        except FileNotFoundError:
+            print(f"apportion dev-cluster run: {command[0]}: command not found", file=sys.stderr)
+            return 127

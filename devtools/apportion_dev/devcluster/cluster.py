@@ -1,0 +1,571 @@
+"""DevCluster: etcd, kube-apiserver, kube-controller-manager and the pod simulator on loopback.
+
+What envtest does, plus what envtest leaves out: the controller-manager (so Deployments and
+StatefulSets create Pods, garbage collection and namespace deletion work) and a pod simulator (so
+those Pods get bound, run and deleted). Every port is picked free at start, every file lives in
+the state directory, and `stop` removes both the processes and the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from apportion_dev.devcluster import pki, processes
+from apportion_dev.devcluster.build import Progress, ensure_built
+from apportion_dev.devcluster.credentials import (
+    new_token,
+    write_service_account_key,
+    write_token_file,
+)
+from apportion_dev.devcluster.kubeconfig import write_kubeconfig
+from apportion_dev.devcluster.net import free_ports, http_get, http_get_json
+from apportion_dev.devcluster.paths import DevClusterError, module_versions
+from apportion_dev.devcluster.podsim.ipam import random_prefix
+from apportion_dev.devcluster.podsim.objects import SIM_NODE_LABEL
+from apportion_dev.devcluster.processes import ProcessRecord
+from apportion_dev.devcluster.realnode import host, node
+from apportion_dev.devcluster.state import (
+    ClusterState,
+    Layout,
+    claim,
+    default_state_dir,
+    load_state,
+    release,
+    save_state,
+)
+
+# Controllers that need a cloud provider; everything else kube-controller-manager runs by default.
+CLOUD_CONTROLLERS = (
+    "cloud-node-lifecycle-controller",
+    "node-route-controller",
+    "service-lb-controller",
+)
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: the first address of SERVICE_CIDR
+START_ATTEMPTS = 3  # a free port can be taken by someone else before we bind it
+READY_TIMEOUT = 90.0
+KEEP_STATE_ENV = "APPORTION_KEEP_STATE"
+# Stop order: whatever runs pods first (the simulator stops its pod processes; after the kubelet,
+# the real node's pods are killed), then the node's services, etcd last.
+STOP_ORDER = (
+    ("podsim", "kubelet"),
+    ("kube-scheduler", "kube-proxy", "containerd"),
+    ("kube-controller-manager", "kube-apiserver"),
+    ("etcd",),
+)
+
+
+class KubectlError(subprocess.CalledProcessError):
+    def __str__(self) -> str:
+        return f"{super().__str__()}\n{self.stderr or ''}".rstrip()
+
+
+class _AddressInUse(Exception):
+    pass
+
+
+def _shutdown(records: Sequence[ProcessRecord], layout: Layout, bin_dir: Path) -> None:
+    """Stop processes in dependency order, put the machine back as it was if a real node ran,
+    then delete the state directory (unless APPORTION_KEEP_STATE is set, to read logs after a
+    failure)."""
+    real_node = any(r.name == "kubelet" for r in records)
+    for names in STOP_ORDER:
+        processes.terminate([r for r in records if r.name in names])
+        if real_node and "kubelet" in names:
+            host.kill_pods()
+    processes.terminate([r for r in records if not any(r.name in n for n in STOP_ORDER)])
+    record = host.load_record()
+    if record is not None and record.owner == str(layout.root):
+        host.clean_up(record, kube_proxy=bin_dir / "kube-proxy")
+    if os.environ.get(KEEP_STATE_ENV):
+        print(f"dev-cluster state kept in {layout.root} ({KEEP_STATE_ENV} is set)", file=sys.stderr)
+    else:
+        release(layout)
+
+
+class DevCluster:
+    """A running dev-cluster. Create with `DevCluster.start()` (or `attach()` to one started
+    elsewhere); `stop()` or leave the `with` block to tear it down."""
+
+    def __init__(self, layout: Layout, state: ClusterState, *, owned: bool) -> None:
+        self._layout = layout
+        self._state = state
+        # A cluster this interpreter started attached is stopped at the latest when the
+        # interpreter exits; one found through attach() is stopped only on request.
+        self._finalizer = (
+            weakref.finalize(self, _shutdown, list(state.processes), layout, Path(state.bin_dir))
+            if owned
+            else None
+        )
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    @classmethod
+    def start(
+        cls,
+        state_dir: Path | None = None,
+        pod_simulator: bool = True,
+        *,
+        real_node: bool = False,
+        detach: bool = False,
+        progress: Progress | None = None,
+    ) -> DevCluster:
+        """Build the binaries if needed, start everything, wait until it works.
+
+        state_dir: where data, logs, pod logs and the kubeconfig go; a fresh temporary directory
+            when None. An existing directory must be empty or an earlier dev-cluster's.
+        real_node: run a real node (kubelet, containerd, kube-scheduler, kube-proxy,
+            metrics-server; see apportion_dev.devcluster.realnode) instead of the pod simulator. It
+            needs root on Linux (`host.why_not` says what is missing) and there is one per machine.
+        detach: leave the processes running after this interpreter exits (the CLI's `start`);
+            otherwise they stop with it at the latest.
+        """
+        bin_dir = ensure_built(progress)
+        node_images: list[str] = []
+        if real_node:
+            reason = host.why_not()
+            if reason:
+                raise DevClusterError(f"no real node on this machine: {reason}")
+            node_images = node.prepare_images(progress or _say)
+        version = module_versions().kubernetes
+        if state_dir is None:
+            layout = Layout(Path(tempfile.mkdtemp(prefix="apportion-dev-cluster-")))
+        else:
+            layout = Layout(Path(state_dir).resolve())
+            previous = cls._existing(layout)
+            if previous is not None:
+                status = previous.process_status()
+                if all(status.values()):
+                    raise DevClusterError(f"a dev-cluster is already running in {layout.root}")
+                if any(status.values()):
+                    # Starting anew would either run a second control plane beside the live
+                    # half or throw its data away: the user decides.
+                    up = ", ".join(n for n, alive in status.items() if alive)
+                    down = ", ".join(n for n, alive in status.items() if not alive)
+                    raise DevClusterError(
+                        f"the dev-cluster in {layout.root} is half running ({down} down, {up} "
+                        "up): stop it first with `apportion dev-cluster stop` (its data goes "
+                        "with it), then start again"
+                    )
+                previous.stop()  # nothing of it runs (a reboot, a SIGKILL): clean up, start anew
+        claim(layout)
+        started: list[ProcessRecord] = []
+        try:
+            if real_node:
+                clean_up_abandoned_node()  # its state directory goes too
+                host.claim_machine(layout.root)
+            state = _start_processes(
+                layout,
+                bin_dir,
+                version,
+                started,
+                pod_simulator and not real_node,
+                detach,
+                node_images if real_node else None,
+            )
+        except BaseException:
+            _shutdown(started, layout, bin_dir)
+            raise
+        return cls(layout, state, owned=not detach)
+
+    @classmethod
+    def attach(cls, state_dir: Path | None = None) -> DevCluster:
+        """The cluster recorded in `state_dir` (default: the CLI's), running or not."""
+        layout = Layout(Path(state_dir or default_state_dir()).resolve())
+        cluster = cls._existing(layout)
+        if cluster is None:
+            raise DevClusterError(f"no dev-cluster in {layout.root}")
+        return cluster
+
+    @classmethod
+    def _existing(cls, layout: Layout) -> DevCluster | None:
+        state = load_state(layout)
+        return None if state is None else cls(layout, state, owned=False)
+
+    def running(self) -> bool:
+        return all(processes.is_running(r) for r in self._state.processes)
+
+    def process_status(self) -> dict[str, bool]:
+        return {r.name: processes.is_running(r) for r in self._state.processes}
+
+    def stop(self) -> None:
+        """Stop every process (SIGTERM, then SIGKILL) and remove the state directory."""
+        if self._finalizer is not None:
+            self._finalizer()
+        else:
+            _shutdown(self._state.processes, self._layout, self.bin_dir)
+
+    def __enter__(self) -> DevCluster:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- what clients need ------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        return self._layout.root
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self._layout.kubeconfig
+
+    @property
+    def server(self) -> str:
+        return self._state.server
+
+    @property
+    def token(self) -> str:
+        return self._state.token
+
+    @property
+    def ca_file(self) -> Path:
+        return self._layout.ca_file
+
+    @property
+    def bin_dir(self) -> Path:
+        return Path(self._state.bin_dir)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """os.environ with KUBECONFIG pointing here and the matching kubectl first on PATH."""
+        return cluster_env(os.environ, self.kubeconfig, self.bin_dir)
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run this cluster's kubectl; with check, a failure raises KubectlError whose message
+        includes kubectl's stderr."""
+        argv = [str(self.bin_dir / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args]
+        result = subprocess.run(
+            argv, input=input, text=True, capture_output=True, env=self.env, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise KubectlError(result.returncode, argv, result.stdout, result.stderr)
+        return result
+
+    def readyz(self) -> str:
+        return http_get(f"{self.server}/readyz", token=self.token, ca_file=self.ca_file)[1]
+
+    def pod_log_path(self, namespace: str, name: str) -> Path:
+        """Where a process-simulated pod's stdout and stderr go (appended across restarts)."""
+        return self._layout.pod_log(namespace, name)
+
+    def log_path(self, component: str) -> Path:
+        """Log of `etcd`, `kube-apiserver`, `kube-controller-manager` or `podsim`."""
+        return self._layout.logs / f"{component}.log"
+
+    def pid(self, component: str) -> int:
+        """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
+        (record,) = (r for r in self._state.processes if r.name == component)
+        return record.pid
+
+
+def cluster_env(
+    base: dict[str, str] | os._Environ[str], kubeconfig: Path, bin_dir: Path
+) -> dict[str, str]:
+    env = dict(base)
+    env["KUBECONFIG"] = str(kubeconfig)
+    env["PATH"] = os.pathsep.join(filter(None, [str(bin_dir), env.get("PATH", "")]))
+    return env
+
+
+# --- starting -----------------------------------------------------------------------------
+
+
+def _start_processes(
+    layout: Layout,
+    bin_dir: Path,
+    version: str,
+    started: list[ProcessRecord],
+    pod_simulator: bool,
+    detach: bool,
+    node_images: list[str] | None,
+) -> ClusterState:
+    """Start the components in order, appending each to `started` as soon as it exists so that a
+    failure anywhere stops what is already running. With `node_images`, a real node runs them."""
+    real_node = node_images is not None
+    if real_node:
+        host.create_bridge()
+    # On a real node the API server listens on the bridge, where pods reach it through the
+    # `kubernetes` Service; otherwise on loopback only.
+    address = host.GATEWAY if real_node else "127.0.0.1"
+    cluster_pki = pki.make_cluster_pki(layout.pki, (address, SERVICE_IP))
+    token = new_token()
+    write_token_file(layout.token_file, token)
+    write_service_account_key(layout.service_account_key)
+    attached = not detach
+
+    def spawn(name: str, argv: list[str], env: dict[str, str] | None = None) -> ProcessRecord:
+        record = processes.spawn(
+            name,
+            argv,
+            layout.logs / f"{name}.log",
+            env=env or dict(os.environ),
+            attached=attached,
+            # The simulator gets the chance to stop its pod processes.
+            orphan_signal=signal.SIGTERM if name == "podsim" else signal.SIGKILL,
+        )
+        started.append(record)
+        return record
+
+    etcd_url = _retry_on_port_clash(lambda: _start_etcd(layout, bin_dir, spawn, started))
+    apiserver_flags = cluster_pki.apiserver_flags()
+    if not real_node:
+        apiserver_flags.append("--authorization-mode=RBAC")
+    else:
+        # The kubelet is a real node user: the Node authorizer and NodeRestriction confine it to
+        # its own Node and the objects of its own pods.
+        apiserver_flags += [
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--enable-aggregator-routing=true",
+        ]
+    server = _retry_on_port_clash(
+        lambda: _start_apiserver(
+            layout, bin_dir, etcd_url, token, spawn, started, address, apiserver_flags
+        )
+    )
+    write_kubeconfig(layout.kubeconfig, server, token, layout.ca_file)
+    spawn(
+        "kube-controller-manager",
+        [
+            str(bin_dir / "kube-controller-manager"),
+            f"--kubeconfig={layout.kubeconfig}",
+            f"--service-account-private-key-file={layout.service_account_key}",
+            f"--root-ca-file={layout.ca_file}",
+            f"--controllers=*,{','.join('-' + c for c in CLOUD_CONTROLLERS)}",
+            f"--flex-volume-plugin-dir={layout.flexvolume}",
+            "--leader-elect=false",
+            "--secure-port=0",
+        ],
+    )
+    if pod_simulator:
+        spawn(
+            "podsim",
+            [
+                sys.executable,
+                "-m",
+                "apportion_dev.devcluster.podsim",
+                f"--kubeconfig={layout.kubeconfig}",
+                f"--state-dir={layout.root}",
+                f"--ip-prefix={random_prefix()}",
+                f"--kubelet-version={version}",
+            ],
+        )
+    state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=started)
+    save_state(layout, state)  # from here on, `stop` from another shell finds everything
+    if node_images is not None:
+        node.start_node(
+            layout.root, bin_dir, server, token, cluster_pki, spawn, _wait_until, node_images
+        )
+        save_state(layout, state)
+
+    def settled() -> bool:
+        account = f"{server}/api/v1/namespaces/default/serviceaccounts/default"
+        if http_get(account, token=token, ca_file=layout.ca_file)[0] != 200:
+            return False  # the controller-manager has not got going yet
+        if real_node:
+            return _metrics_api_available(server, token, layout.ca_file)
+        if not pod_simulator:
+            return True
+        nodes = http_get_json(
+            f"{server}/api/v1/nodes?labelSelector={SIM_NODE_LABEL}%3Dtrue",
+            token=token,
+            ca_file=layout.ca_file,
+        )
+        return bool(nodes and nodes["items"]) and all(_node_ready(n) for n in nodes["items"])
+
+    if real_node:
+        _apply(bin_dir, layout.kubeconfig, node.metrics_server_manifest())
+    _wait_until(settled, started, "the controller-manager and the node")
+    return state
+
+
+def _apply(bin_dir: Path, kubeconfig: Path, manifest: str) -> None:
+    result = subprocess.run(
+        [str(bin_dir / "kubectl"), f"--kubeconfig={kubeconfig}", "apply", "-f", "-"],
+        input=manifest,
+        text=True,
+        capture_output=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise DevClusterError(f"kubectl apply failed: {result.stderr.strip()}")
+
+
+def _metrics_api_available(server: str, token: str, ca_file: Path) -> bool:
+    service = http_get_json(
+        f"{server}/apis/apiregistration.k8s.io/v1/apiservices/v1beta1.metrics.k8s.io",
+        token=token,
+        ca_file=ca_file,
+    )
+    return bool(service) and any(
+        c["type"] == "Available" and c["status"] == "True"
+        for c in service.get("status", {}).get("conditions", [])
+    )
+
+
+def clean_up_abandoned_node() -> str | None:
+    """If this machine's real node belongs to a dev-cluster whose processes are all gone, undo
+    what it left (see `host.clean_up`) and return its state directory."""
+    record = host.load_record()
+    if record is None or _node_owner_alive():
+        return None
+    layout = Layout(Path(record.owner))
+    state = load_state(layout)
+    if state is not None:
+        _shutdown(state.processes, layout, Path(state.bin_dir))  # also removes its directory
+    else:
+        host.clean_up(record)
+    return record.owner
+
+
+def _node_owner_alive() -> bool:
+    """Whether the dev-cluster that owns this machine's real node still runs."""
+    record = host.load_record()
+    if record is None:
+        return False
+    state = load_state(Layout(Path(record.owner)))
+    return state is not None and any(processes.is_running(r) for r in state.processes)
+
+
+def _say(message: str) -> None:
+    print(f"[dev-cluster] {message}", file=sys.stderr, flush=True)
+
+
+def _node_ready(node: dict) -> bool:
+    return any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in node.get("status", {}).get("conditions", [])
+    )
+
+
+def _retry_on_port_clash(start: Callable[[], str]) -> str:
+    for attempt in range(START_ATTEMPTS):
+        try:
+            return start()
+        except _AddressInUse:
+            if attempt == START_ATTEMPTS - 1:
+                raise DevClusterError("ports kept being taken by other processes") from None
+    raise AssertionError("unreachable")
+
+
+def _start_etcd(
+    layout: Layout,
+    bin_dir: Path,
+    spawn: Callable[[str, list[str]], ProcessRecord],
+    started: list[ProcessRecord],
+) -> str:
+    client_port, peer_port = free_ports(2)
+    client = f"http://127.0.0.1:{client_port}"
+    peer = f"http://127.0.0.1:{peer_port}"
+    record = spawn(
+        "etcd",
+        [
+            str(bin_dir / "etcd"),
+            "--name=default",
+            f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=default={peer}",
+            "--unsafe-no-fsync=true",
+            "--log-level=warn",
+        ],
+    )
+
+    def healthy() -> bool:
+        health = http_get_json(f"{client}/health")
+        return bool(health and health.get("health") == "true")
+
+    _wait_or_retry(healthy, record, started, "etcd")
+    return client
+
+
+def _start_apiserver(
+    layout: Layout,
+    bin_dir: Path,
+    etcd_url: str,
+    token: str,
+    spawn: Callable[[str, list[str]], ProcessRecord],
+    started: list[ProcessRecord],
+    address: str,
+    extra_flags: list[str],
+) -> str:
+    (port,) = free_ports(1)
+    server = f"https://{address}:{port}"
+    record = spawn(
+        "kube-apiserver",
+        [
+            str(bin_dir / "kube-apiserver"),
+            f"--etcd-servers={etcd_url}",
+            f"--cert-dir={layout.pki}",
+            f"--secure-port={port}",
+            f"--bind-address={address}",
+            f"--advertise-address={address}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--allow-privileged=true",
+            f"--token-auth-file={layout.token_file}",
+            f"--service-account-issuer={server}",
+            f"--service-account-key-file={layout.service_account_key}",
+            f"--service-account-signing-key-file={layout.service_account_key}",
+            *extra_flags,
+        ],
+    )
+
+    def ready() -> bool:
+        if not layout.ca_file.exists():
+            return False
+        return http_get(f"{server}/readyz", token=token, ca_file=layout.ca_file) == (200, "ok")
+
+    _wait_or_retry(ready, record, started, "kube-apiserver")
+    return server
+
+
+def _wait_or_retry(
+    check: Callable[[], bool], record: ProcessRecord, started: list[ProcessRecord], what: str
+) -> None:
+    """Wait for `check`; if the process died because its port was taken, forget it and raise
+    _AddressInUse so the caller retries with other ports."""
+    try:
+        _wait_until(check, [record], what)
+    except DevClusterError:
+        if not processes.is_running(record) and "address already in use" in processes.log_tail(
+            record, 200
+        ):
+            started.remove(record)
+            raise _AddressInUse() from None
+        raise
+
+
+def _wait_until(check: Callable[[], bool], watched: Sequence[ProcessRecord], what: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while not check():
+        for record in watched:
+            if not processes.is_running(record):
+                raise DevClusterError(
+                    f"{record.name} exited while starting; last lines of {record.log}:\n"
+                    f"{processes.log_tail(record)}"
+                )
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {r.log}\n{processes.log_tail(r, 10)}" for r in watched)
+            raise DevClusterError(f"{what} not ready after {READY_TIMEOUT:.0f}s\n{tails}")
+        time.sleep(0.1)

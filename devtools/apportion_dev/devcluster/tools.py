@@ -1,0 +1,103 @@
+"""Go programs beside the control plane, each from a wrapper module of its own under devtools/go
+(their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
+control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
+metrics-server, and the tools the tests run (promtool, helm, krew)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from apportion_dev.devcluster.build import GoBuild, Progress, ensure
+from apportion_dev.devcluster.paths import DevClusterError, cache_root, module_dir, parse_go_version
+
+
+@dataclass(frozen=True)
+class GoTool:
+    name: str
+    module: str  # the wrapper module's directory, relative to devtools/go
+    module_path: str  # the upstream module whose version go.mod pins
+    binaries: tuple[str, ...]
+    version_variable: str  # the package variable `-X` stamps with the version
+
+
+CONTAINERD = GoTool(
+    "containerd",
+    "realnode/containerd",
+    "github.com/containerd/containerd/v2",
+    ("containerd", "containerd-shim-runc-v2", "ctr"),
+    "github.com/containerd/containerd/v2/version.Version",
+)
+METRICS_SERVER = GoTool(
+    "metrics-server",
+    "realnode/metrics-server",
+    "sigs.k8s.io/metrics-server",
+    ("metrics-server",),
+    "sigs.k8s.io/metrics-server/pkg/version.gitVersion",
+)
+PROMTOOL = GoTool(
+    "promtool",
+    "tools",
+    "github.com/prometheus/prometheus",
+    ("promtool",),
+    "github.com/prometheus/common/version.Version",
+)
+HELM = GoTool(
+    "helm",
+    "tools/helm",
+    "helm.sh/helm/v3",
+    ("helm",),
+    # `helm version` reads it; unstamped, helm reports its module's placeholder version
+    "helm.sh/helm/v3/internal/version.version",
+)
+KREW = GoTool(
+    "krew",
+    "tools/krew",
+    "sigs.k8s.io/krew",
+    ("krew", "validate-krew-manifest"),
+    "sigs.k8s.io/krew/internal/version.gitTag",
+)
+TEST_TOOLS = (PROMTOOL, HELM, KREW)
+"""What `make tools` builds: the tools the tests run against what we ship."""
+
+_TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
+_TOOL_LINE = re.compile(r"^tool\s+(\S+)\s*$", re.MULTILINE)
+_GO_LINE = re.compile(r"^go\s+(\S+)\s*$", re.MULTILINE)
+
+
+def tool_module_dir(tool: GoTool) -> Path:
+    return module_dir().parent / tool.module
+
+
+def tool_build(tool: GoTool) -> GoBuild:
+    module = tool_module_dir(tool)
+    text = (module / "go.mod").read_text()
+    pinned = re.search(rf"^\s*(?:require\s+)?{re.escape(tool.module_path)}\s+(v\S+)", text, re.M)
+    go = _GO_LINE.search(text)
+    block = _TOOL_BLOCK.search(text)
+    targets = tuple(block.group(1).split()) if block else tuple(_TOOL_LINE.findall(text))
+    if pinned is None or go is None or not targets:
+        raise DevClusterError(f"{module / 'go.mod'} does not pin {tool.module_path} and its tools")
+    version = pinned.group(1)
+    return GoBuild(
+        what=f"{tool.name} {version}",
+        module=module,
+        targets=targets,
+        binaries=tool.binaries,
+        directory=cache_root() / f"{tool.name}-{version}",
+        stamp={
+            tool.name: version,
+            "targets": list(targets),
+            "go.sum": hashlib.sha256((module / "go.sum").read_bytes()).hexdigest(),
+        },
+        go_minimum=parse_go_version(go.group(1)),
+        dated_module=tool.module_path,
+        ldflags=lambda _date: [f"-X {tool.version_variable}={version}"],
+    )
+
+
+def ensure_tool(tool: GoTool, progress: Progress | None = None) -> Path:
+    """The directory holding the tool's binaries, built first if missing or stale."""
+    return ensure(tool_build(tool), progress)

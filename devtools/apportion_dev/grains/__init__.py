@@ -1,0 +1,1 @@
+"""The grain director's demo."""

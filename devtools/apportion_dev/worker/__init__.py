@@ -1,0 +1,1 @@
+"""The demo worker (`apportion demo-worker`), its traffic generator and load burners."""
