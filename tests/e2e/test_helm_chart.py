@@ -90,7 +90,7 @@ def without_chart_additions(obj: dict[str, Any], base: dict[str, Any]) -> dict[s
 
 def test_helm_is_the_pinned_release(helm) -> None:
     version = helm("version", "--template", "{{.Version}}").stdout
-    go_mod = (REPO / "tests" / "e2e" / "tools" / HELM.name / "go.mod").read_text()
+    go_mod = (REPO / "devtools" / "go" / "tools" / HELM.name / "go.mod").read_text()
     assert f"{HELM.module_path} {version}" in go_mod
 
 

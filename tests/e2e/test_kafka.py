@@ -18,6 +18,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from java_support import classpath
@@ -69,6 +70,23 @@ def consumer_command(request: pytest.FixtureRequest) -> list[str]:
         return [sys.executable, "-m", "apportion.kafka"]
     java = classpath("integrations/kafka-java")
     return ["java", "-cp", java, "dev.apportion.kafka.sample.PrintingConsumer"]
+
+
+def every_message_processed(
+    dev_cluster: Any, namespace: str, produced: list, wait_for: Any
+) -> list:
+    """What the consumers processed, once it covers every produced message (no loss), each with
+    the value it was produced with."""
+    expected = {(p.partition, p.offset): f"{p.key}:{p.seq}" for p in produced}
+
+    def all_processed() -> list | None:
+        done = processed(dev_cluster, namespace, PODS)
+        return done if {(d.partition, d.offset) for d in done} >= expected.keys() else None
+
+    done = wait_for(all_processed, 60, "every produced message processed")
+    for d in done:
+        assert expected[(d.partition, d.offset)] == d.value, d
+    return done
 
 
 def consumers(
@@ -183,16 +201,7 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
 
     expected = {(p.partition, p.offset): f"{p.key}:{p.seq}" for p in produced}
     assert len(expected) == len(produced) > 0
-
-    def all_processed():
-        done = processed(dev_cluster, namespace, PODS)
-        return done if {(d.partition, d.offset) for d in done} >= expected.keys() else None
-
-    done = wait_for(all_processed, 60, "every produced message processed")
-
-    # Every message processed, with the value it was produced with.
-    for d in done:
-        assert expected[(d.partition, d.offset)] == d.value, d
+    done = every_message_processed(dev_cluster, namespace, produced, wait_for)
     assert all(d.key == expected[(d.partition, d.offset)].split(":")[0] for d in done)
 
     # No partition processed by two consumers at the same time: ownership intervals of
@@ -311,15 +320,7 @@ def test_a_consumer_cut_off_from_the_api_server_stops_before_its_partitions_move
         produced = producer.stop()
 
     expected = {(p.partition, p.offset): f"{p.key}:{p.seq}" for p in produced}
-
-    def all_processed():
-        done = processed(dev_cluster, namespace, PODS)
-        return done if {(d.partition, d.offset) for d in done} >= expected.keys() else None
-
-    # No loss: every message processed, with the value it was produced with.
-    done = wait_for(all_processed, 60, "every produced message processed")
-    for d in done:
-        assert expected[(d.partition, d.offset)] == d.value, d
+    done = every_message_processed(dev_cluster, namespace, produced, wait_for)
 
     log = ownership_log(dev_cluster, namespace, PODS, SET)
     held = _held(log, victim, cut_at)

@@ -160,17 +160,16 @@ def twice_alive(log: list[tuple]) -> list[str]:
     return found
 
 
-def test_pekko_follows_the_shardset_while_scaling(
-    operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath
-) -> None:
-    names = entities()
+def counter_app(classpath: str) -> dict[str, Any]:
+    """The sample app's nodes: a StatefulSet of 3 process pods, each Ready once it is an Up
+    member (apportion places shards only where Pekko can)."""
     sts = workers(
         STS,
         3,
         command=[
             "java",
             "-cp",
-            pekko_classpath,
+            classpath,
             "dev.apportion.pekko.sample.CounterApp",
             SET,
             str(SHARDS),
@@ -179,8 +178,15 @@ def test_pekko_follows_the_shardset_while_scaling(
         grace=30,
     )
     container = sts["spec"]["template"]["spec"]["containers"][0]
-    # Ready once this node is an Up member: apportion places shards only where Pekko can.
     container["readinessProbe"] = {"httpGet": {"path": "/ready", "port": 8080}, "periodSeconds": 1}
+    return sts
+
+
+def test_pekko_follows_the_shardset_while_scaling(
+    operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath
+) -> None:
+    names = entities()
+    sts = counter_app(pekko_classpath)
     spec = {
         "shards": SHARDS,
         "workloadRef": {"kind": "StatefulSet", "name": STS},
@@ -331,26 +337,8 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     runs out, before any other pod holds their shards; without it they ran on until Pekko's own
     hand-off, after the new owner had taken the shard."""
     names = entities()
-    sts = workers(
-        STS,
-        3,
-        command=[
-            "java",
-            "-cp",
-            pekko_classpath,
-            "dev.apportion.pekko.sample.CounterApp",
-            SET,
-            str(SHARDS),
-            STS,
-        ],
-        grace=30,
-    )
-    template = sts["spec"]["template"]
-    template["metadata"]["annotations"]["apportion.dev/simulate-api-relay"] = "true"
-    template["spec"]["containers"][0]["readinessProbe"] = {
-        "httpGet": {"path": "/ready", "port": 8080},
-        "periodSeconds": 1,
-    }
+    sts = counter_app(pekko_classpath)
+    sts["spec"]["template"]["metadata"]["annotations"]["apportion.dev/simulate-api-relay"] = "true"
     # The lease defaults to a third of handoffTimeout: 2 s.
     spec = {
         "shards": SHARDS,

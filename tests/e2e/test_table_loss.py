@@ -155,8 +155,9 @@ def test_a_garbled_table_is_repaired_and_the_status_never_claims_otherwise(
     assert again.owners() == before.owners()
     assert "AssignmentTableUnreadable" in reasons_of(kubectl, namespace)
     final = wait_for(
-        lambda: (e := get(kubectl, namespace, "sset", "carts")["status"]["epoch"]) >= again.epoch
-        and e,
+        lambda: (
+            (e := get(kubectl, namespace, "sset", "carts")["status"]["epoch"]) >= again.epoch and e
+        ),
         30,
         "the status naming the repaired table",
     )
