@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from tiers import tier
 from unitset_support import Operator, grant_worker_role
 
 from apportion_dev.devcluster import DevCluster
@@ -63,9 +64,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _real_node_order(item: pytest.Item) -> int:
-    if "real_cluster" in getattr(item, "fixturenames", ()):
-        return 2
-    return 1 if item.path.name == "test_real_node_cleanup.py" else 0
+    if tier(item) != "realnode":
+        return 0
+    return 1 if item.path.name == "test_real_node_cleanup.py" else 2
 
 
 @pytest.fixture(scope="session")

@@ -578,17 +578,18 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
             owned += 1
     releasing = sum(1 for state in table.units.values() if state.releasing is not None)
 
-    def weight(name: str) -> float:
-        units = held_by[name]
-        return len(units) if s.loads is None else sum(s.loads.get(u, 0.0) for u in units)
-
+    # Rounded as the status shows it, so that the order agrees with the figures.
+    weights = {
+        name: f"{len(units) if s.loads is None else sum(s.loads.get(u, 0.0) for u in units):.2f}"
+        for name, units in held_by.items()
+    }
     rows = [
         {
             "member": name,
             "units": len(held_by[name]),
-            "load": None if s.loads is None else f"{weight(name):.2f}",
+            "load": None if s.loads is None else weights[name],
         }
-        for name in sorted(held_by, key=lambda n: (-float(f"{weight(n):.2f}"), natural_key(n)))
+        for name in sorted(held_by, key=lambda n: (-float(weights[n]), natural_key(n)))
     ][:MAX_MEMBER_ROWS]
     problems = [*result.problems, *s.extra_problems]
     reshard = result.resharding
