@@ -5,7 +5,7 @@
    until nothing moves). For each strategy: max/mean unit count, moves / lower bound
    (scale-out: the units the new member must receive, floor(S/(N+1)); scale-in: the leaving
    member's units), rounds (plans that moved something), and the time of the event's first
-   plan. Anchors (`apportion.engine.anchors`): Akka
+   plan. Anchors (`apportion.engine.baselines`): Akka
    LeastShards (limits 20 / 0.1, one plan = one rebalance round, hand-offs complete between
    rounds), Akka ConsistentHashing (10 virtual nodes), a Dapr-style ring (100 virtual nodes),
    Orleans mod-n hash (sorted_members[(hash & 0x7fffffff) % n]) and random placement (new
@@ -46,7 +46,7 @@ from apportion.engine.allocation import (
     Member,
     Plan,
 )
-from apportion.engine.anchors import ANCHORS, make_anchor
+from apportion.engine.baselines import ANCHORS, make_anchor
 from apportion.engine.scenarios import Scenario, Step, StepResult, World, run_steps
 
 Assignment = Mapping[str, Sequence[str]]

@@ -140,7 +140,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     publish interval, 8 members scraped every second."""
     from apportion.controllers.graintypes.document import build_document, build_status, problems
     from apportion.controllers.graintypes.gate import PublishGate
-    from apportion.controllers.metrics import PodRef
+    from apportion.controllers.load_collector import PodRef
     from apportion.controllers.pods import PodFact
     from apportion.engine.grains import GrainMemberStats
     from apportion.engine.smoothing import ResourceSmoother

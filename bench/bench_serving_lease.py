@@ -37,9 +37,9 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
-from apportion.worker.lease import RENEWALS_PER_LEASE, boot_clock
-from apportion.worker.watch import AssignmentWatch
-from apportion.worker.worker import Worker
+from apportion.worker._lease import RENEWALS_PER_LEASE, boot_clock
+from apportion.worker._watch import AssignmentWatch
+from apportion.worker._worker import Worker
 from apportion_dev.devcluster import DevCluster
 
 NAMESPACE = "lease-bench"

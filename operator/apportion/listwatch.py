@@ -1,6 +1,6 @@
 """List, then watch from the list's resourceVersion: the one loop both worker libraries follow
-the API server with (assignment tables in `apportion.worker.watch`, placement tables in
-`apportion.grains.watch`).
+the API server with (assignment tables in `apportion.worker._watch`, placement tables in
+`apportion.grains._watch`).
 
 lightkube re-opens a watch the server ended (`server_timeout`) from the last version seen;
 anything else — 410 Gone, a dropped connection, an unreachable API, a watch silent for

@@ -14,9 +14,10 @@ publish_pod_metrics(kubectl, namespace, pod, cpu=..., memory=..., containers=Non
 metrics_server_pod(name, directory, port, labels=...)
                  a Pod manifest whose process (pod simulator process mode) serves the files of
                  `directory` over HTTP on its own pod IP: write a page rendered with
-                 `apportion.api.metrics.WorkerMetrics(...).render()` to `directory/metrics` and
-                 the pod serves it at `/metrics` on container port `metrics`; rewrite the file to
-                 change what it reports. Its requests are logged to the pod's log file.
+                 `apportion.api.worker_metrics.WorkerMetrics(...).render()` to
+                 `directory/metrics` and the pod serves it at `/metrics` on container port
+                 `metrics`; rewrite the file to change what it reports. Its requests are
+                 logged to the pod's log file.
 """
 
 from __future__ import annotations

@@ -32,12 +32,12 @@ from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
 from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
-from apportion.api.metrics import parse
 from apportion.api.placement_table import (
     PlacementTableDocument,
     configmap_name,
     from_configmap,
 )
+from apportion.api.worker_metrics import parse
 from apportion_dev.devcluster.net import free_port
 
 API = "apportion.dev/v1alpha1"

@@ -23,9 +23,9 @@ from metrics_support import (
 )
 
 from apportion.api.common import MetricsSpec
-from apportion.api.metrics import WorkerMetrics
 from apportion.api.unitset import MetricsSource
-from apportion.controllers.metrics import MetricsCollector, PodRef
+from apportion.api.worker_metrics import WorkerMetrics
+from apportion.controllers.load_collector import MetricsCollector, PodRef
 from apportion.engine.grains.table import GrainMemberStats
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port

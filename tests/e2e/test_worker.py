@@ -27,8 +27,8 @@ from apportion.api.assignment import (
     ack_annotation_key,
     encode_assignment,
 )
-from apportion.api.metrics import WorkerMetrics
 from apportion.api.unitset import assignment_config_map
+from apportion.api.worker_metrics import WorkerMetrics
 
 KIND, SET = "PartitionSet", "demo"
 ACK_KEY = ack_annotation_key(KIND, SET)

@@ -126,7 +126,7 @@ def test_a_worker_writes_its_own_ack_and_its_unit_state(dev_cluster, world) -> N
     assert worker("annotate", "pod", "a", f"{ACK}={ack}", "--overwrite").returncode == 0
     got = dev_cluster.kubectl("get", "pod", "a", "-n", ns, "-o", "json").stdout
     assert json.loads(got)["metadata"]["annotations"][ACK] == ack
-    # Server-side apply, as apportion.worker.handover writes (a new Lease needs `create`).
+    # Server-side apply, as apportion.worker._state_transfer writes (a new Lease needs `create`).
     mine = lease("carts-shardset-unit-4-2", "a", UNIT_LABELS)
     result = worker("apply", "--server-side", "--force-conflicts", "-f", "-", input=mine)
     assert result.returncode == 0, result.stderr

@@ -19,7 +19,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.unitset import assignment_config_map
-from apportion.worker.watch import AssignmentWatch
+from apportion.worker._watch import AssignmentWatch
 
 BASE = assignment_config_map("ShardSet", "carts")
 

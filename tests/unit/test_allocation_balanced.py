@@ -16,7 +16,7 @@ from apportion.engine.allocation import (
     Plan,
     make_strategy,
 )
-from apportion.engine.allocation.state import hamilton_quotas
+from apportion.engine.allocation.plan_builder import hamilton_quotas
 
 
 def fleet(n: int, prefix: str = "m") -> list[Member]:

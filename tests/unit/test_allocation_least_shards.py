@@ -19,7 +19,7 @@ from apportion.engine.allocation import (
     Plan,
 )
 from apportion.engine.allocation.least_shards import _Allocator
-from apportion.engine.allocation.state import index_request
+from apportion.engine.allocation.plan_builder import index_request
 
 SHARDS = [f"{n:03d}" for n in range(1, 1000)]
 UNLIMITED = LeastShards(LeastShardsParameters(absolute_limit=1000, relative_limit=1.0))

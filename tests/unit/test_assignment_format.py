@@ -14,7 +14,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apportion.api import assignment
 from apportion.api.assignment import (
     CHUNK_KEY,
     CHUNK_LIMIT,
@@ -35,6 +34,7 @@ from apportion.api.assignment import (
     decode_assignment,
     encode_assignment,
     from_document,
+    storage,
     to_document,
     unit_order,
 )
@@ -235,7 +235,7 @@ def test_unreadable_configmaps_are_clear_errors(payload: ConfigMapPayload, messa
 
 def test_inflating_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     (root,) = encode_assignment(make_table(10_000, 50))
-    monkeypatch.setattr(assignment, "MAX_DOCUMENT_BYTES", 1024)
+    monkeypatch.setattr(storage, "MAX_DOCUMENT_BYTES", 1024)
     with pytest.raises(AssignmentFormatError, match="inflates beyond"):
         decode_assignment([root])
 

@@ -25,7 +25,7 @@ from apportion.api.assignment import (
 )
 from apportion.api.unitset import assignment_config_map
 from apportion.engine.keys import PURE_SCHEMES, SCHEMES
-from apportion.worker.state import WorkerState
+from apportion.worker._worker_state import WorkerState
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 STORED = sorted((CONFORMANCE / "tables" / "stored").glob("*.json"))

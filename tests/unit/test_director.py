@@ -318,8 +318,8 @@ def test_concurrent_placements_and_table_updates() -> None:
 
 
 def test_samples_render_as_the_metrics_contract() -> None:
-    from apportion.api.metrics import WorkerMetrics, parse, render
-    from apportion.grains.director import METRIC_HELP
+    from apportion.api.worker_metrics import WorkerMetrics, parse, render
+    from apportion.grains._director import METRIC_HELP
 
     d = director(table(strategy={"name": "PreferLocal"}, version=3))
     for i in range(3):

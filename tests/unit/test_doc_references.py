@@ -161,6 +161,6 @@ def test_reference_exists(doc: str, kind: str, text: str) -> None:
 def test_the_check_catches_a_missing_module_path_and_name() -> None:
     assert not resolves("apportion.controllers.status")
     assert not resolves("apportion.publishing.placement_table.WRITES")
-    assert resolves("apportion.controllers.selections.SelectedCache.want")
+    assert resolves("apportion.controllers.caches.SelectedCache.want")
     assert not path_exists("operator.md", "controllers/status.py")
     assert "find_ghosts" not in NAMES and "plan_pass" in NAMES

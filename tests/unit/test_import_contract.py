@@ -201,7 +201,7 @@ def test_no_import_cycles() -> None:
 
 def test_the_contract_sees_imports_inside_functions() -> None:
     """The checker must be able to fail: a lazy import inside a function counts."""
-    assert "apportion.grains.watch" in GRAPH["apportion.grains.director"]
+    assert "apportion.grains._watch" in GRAPH["apportion.grains._director"]
     assert "apportion.engine.allocation.registry" in GRAPH["apportion.engine.allocation.from_spec"]
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from apportion.kafka.consumer import PartitionConsumer
+from apportion.kafka._consumer import PartitionConsumer
 from apportion.worker import Worker
 
 

@@ -18,7 +18,7 @@ from apportion.controllers.graintypes.document import (
     problems,
 )
 from apportion.controllers.graintypes.gate import PublishGate
-from apportion.controllers.metrics import PodRef
+from apportion.controllers.load_collector import PodRef
 from apportion.controllers.pods import PodFact
 from apportion.engine.grains import GrainMemberStats
 

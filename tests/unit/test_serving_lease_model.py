@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from apportion.api.assignment import AssignmentTable, Incarnation, Release, ResourceRef, UnitState
 from apportion.engine.handoff import LivePod, Reason, step
-from apportion.worker.lease import ServingLease
+from apportion.worker._lease import ServingLease
 
 RHO = 0.01
 T = 60.0

@@ -8,7 +8,7 @@ import xxhash
 from apportion.api.assignment import AssignmentTable, Incarnation, Lineage, ResourceRef, UnitState
 from apportion.engine.keys import get_scheme
 from apportion.worker import UnitRange
-from apportion.worker.handover import UnitSnapshot, era_start, lease_name
+from apportion.worker._state_transfer import UnitSnapshot, era_start, lease_name
 from apportion_dev.worker import counters
 
 SCHEME = get_scheme("apportion")

@@ -13,7 +13,7 @@ import pytest
 from postgres_support import PostgresServer, free_port
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
-from apportion_dev.worker.demo import DemoWorker, LoadProfile, RequestRates
+from apportion_dev.worker.unit_app import DemoWorker, LoadProfile, RequestRates
 
 
 def test_profiles_give_each_unit_the_same_load_on_every_worker() -> None:

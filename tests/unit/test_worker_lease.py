@@ -16,9 +16,9 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, theirs
 
 from apportion.api.assignment import AssignmentTable
-from apportion.api.metrics import WorkerMetrics
-from apportion.worker.lease import boot_clock
-from apportion.worker.worker import Worker
+from apportion.api.worker_metrics import WorkerMetrics
+from apportion.worker._lease import boot_clock
+from apportion.worker._worker import Worker
 
 LEASE = 0.4  # seconds: confirmations every 0.1 s
 

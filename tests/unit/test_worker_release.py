@@ -21,10 +21,10 @@ from apportion.api.assignment import (
     UnitState,
     encode_assignment,
 )
-from apportion.api.metrics import RELEASE_FAILURES, WorkerMetrics
 from apportion.api.unitset import assignment_config_map
-from apportion.worker import worker as worker_module
-from apportion.worker.worker import Worker
+from apportion.api.worker_metrics import RELEASE_FAILURES, WorkerMetrics
+from apportion.worker import _worker as worker_module
+from apportion.worker._worker import Worker
 
 REF = ResourceRef("PartitionSet", "ns", "orders", "set-uid")
 ME = Incarnation("w-0", "uid-0")

@@ -16,7 +16,7 @@ from apportion.api.assignment import (
     UnitState,
 )
 from apportion.engine.handoff import is_owner, releasing_units
-from apportion.worker.state import WorkerState
+from apportion.worker._worker_state import WorkerState
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid-1")
 ME = Incarnation("w-0", "uid-0")

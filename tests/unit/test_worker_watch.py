@@ -22,7 +22,7 @@ from apportion.api.assignment import (
     UnitState,
     encode_assignment,
 )
-from apportion.worker.watch import AssignmentWatch
+from apportion.worker._watch import AssignmentWatch
 
 NAME = "orders-partitionset-assignment"
 REF = ResourceRef("PartitionSet", "ns", "orders", "uid")

@@ -10,7 +10,7 @@ exits. With --postgres (or $APPORTION_DEMO_POSTGRES) each request by key is a fe
 
 Grain mode (GrainTypes):
     apportion demo-worker --grains [TYPE ...] [--rate R] [--lifetime S] [--port 8080]
-places activations through the namespace's placement tables (apportion_dev.grains.demo).
+places activations through the namespace's placement tables (apportion_dev.grains.grain_app).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from apportion_dev.worker.demo import LoadProfile
+    from apportion_dev.worker.unit_app import LoadProfile
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
             parser.error("--kind and --set are required (or --grains for the grain demo)")
         if args.release_delay < 0 or args.work_time < 0 or args.burn_cpu < 0:
             parser.error("--release-delay, --work-time and --burn-cpu must be >= 0")
-        from apportion_dev.worker.demo import LoadProfile
+        from apportion_dev.worker.unit_app import LoadProfile
 
         try:
             profile = LoadProfile.parse(args.load_profile)
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
-    from apportion_dev.worker.demo import DemoWorker
+    from apportion_dev.worker.unit_app import DemoWorker
 
     demo = DemoWorker(
         args.kind,
@@ -142,7 +142,7 @@ async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
 async def _grain_mode(args: argparse.Namespace) -> None:
     from apportion.cli.signals import until_signalled
     from apportion.worker import WorkerError
-    from apportion_dev.grains.demo import serve
+    from apportion_dev.grains.grain_app import serve
 
     member = os.environ.get("POD_NAME")
     if not member:
@@ -164,7 +164,7 @@ def _configure_logging(verbose: bool) -> None:
     import logging
     import sys
 
-    from apportion_dev.worker.demo import OWNERSHIP_LOGGER
+    from apportion_dev.worker.unit_app import OWNERSHIP_LOGGER
 
     # Every line starts with Unix time, so lines of several workers sort into one timeline.
     handler = logging.StreamHandler(sys.stdout)

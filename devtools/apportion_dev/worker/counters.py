@@ -3,7 +3,7 @@
 Each unit holds, for each key it has served, how many increments it applied and the number of
 the last one. A client numbers its increments of a key 1, 2, 3 …, so an increment that is sent
 again (the answer was lost, the pod moved) is applied once: a number not above the key's last
-one is a repeat. Pure: the worker moves these maps between pods (`apportion.worker.handover`)
+one is a repeat. Pure: the worker moves these maps between pods (`apportion.worker._state_transfer`)
 and cuts or joins them when the unit count changes.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from apportion.worker.state import UnitRange
+from apportion.worker._worker_state import UnitRange
 
 UnitOf = Callable[[str, int], int]
 """`unit_of(key, count)`: the key's unit under `count` units (the set's key scheme)."""

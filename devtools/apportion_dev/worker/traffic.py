@@ -37,7 +37,7 @@ from apportion import listwatch
 from apportion.api.assignment import AssignmentTable
 from apportion.api.unitset import assignment_config_map
 from apportion.engine.keys import KeyScheme, get_scheme
-from apportion.worker.watch import AssignmentWatch
+from apportion.worker._watch import AssignmentWatch
 
 logger = logging.getLogger(__name__)
 

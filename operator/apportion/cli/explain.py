@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 async def explain_grain_command(args: argparse.Namespace) -> int:
     from lightkube.core.exceptions import ApiError, ConfigError
 
-    from apportion.grains.explain import explain_grain
+    from apportion.grains._explain import explain_grain
 
     try:
         why = await explain_grain(

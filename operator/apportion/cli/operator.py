@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> None:
     import kopf
 
-    from apportion.controllers import load_handlers, selections, telemetry
+    from apportion.controllers import caches, load_handlers, telemetry
     from apportion.controllers.peering import ensure_peering
     from apportion.controllers.settings import build_settings
     from apportion.controllers.wakeups import wakeups
@@ -91,7 +91,7 @@ async def _operate(args: argparse.Namespace) -> None:
         telemetry.follow_peering(standalone=not args.peering)
         telemetry.serve(args.metrics)
     namespaces = args.namespaces or []
-    selections.configure(api, wakeups.notify, namespaces)
+    caches.configure(api, wakeups.notify, namespaces)
     if args.peering:
         await ensure_peering(args.peering, namespaces)
     await kopf.operator(

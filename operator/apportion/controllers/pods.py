@@ -1,5 +1,5 @@
 """Pods as the set daemons see them: membership facts of the pods some set selects, kept by a
-watch (`selections.SelectedCache`, no LIST per pass), and the selection of a set's members.
+watch (`caches.SelectedCache`, no LIST per pass), and the selection of a set's members.
 
 A daemon registers what it selects (`want`) and waits for the cache to hold it before its pass,
 so it never plans with a partial view of its pods (which would look like dead owners).
@@ -13,10 +13,10 @@ from typing import Any
 
 from apportion.api.common import LabelSelector
 from apportion.api.pods import ACK_PREFIX, drain_requested, is_ready, revision_of
-from apportion.controllers.metrics import PodRef
-from apportion.controllers.selections import SelectedCache
+from apportion.controllers.caches import SelectedCache
+from apportion.controllers.load_collector import PodRef
 from apportion.engine.set_pass import PodView
-from apportion.publishing.pods import DELETION_COST
+from apportion.publishing.deletion_costs import DELETION_COST
 
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 

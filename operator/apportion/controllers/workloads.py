@@ -1,6 +1,6 @@
 """Deployments and StatefulSets as the set daemons see them: their selectors (for `workloadRef`)
 and whether they are rolling out a new revision, from a cache of the workloads some set refers
-to (`selections.SelectedCache`, no GET per pass).
+to (`caches.SelectedCache`, no GET per pass).
 
 A rollout is under way when a StatefulSet's currentRevision differs from its updateRevision, a
 Deployment still runs pods outside its newest ReplicaSet, or — with or without a workload — the
@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from apportion.api.common import LabelSelector, WorkloadKind
+from apportion.controllers.caches import SelectedCache
 from apportion.controllers.pods import PodFact
-from apportion.controllers.selections import SelectedCache
 from apportion.engine.set_pass import Rollout
 
 

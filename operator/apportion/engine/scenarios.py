@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from apportion.engine.allocation import AllocationRequest, AllocationStrategy, Member, Plan
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     count_lower_bound,
     count_ratio,
     index_request,
     target_members,
 )
-from apportion.engine.anchors import ANCHORS, make_anchor
+from apportion.engine.baselines import ANCHORS, make_anchor
 from apportion.engine.grains import DEFAULT_ROLE_LABEL, SimulationResult, simulate_activations
 
 __all__ = [
@@ -452,7 +452,7 @@ COMPARE: Mapping[str, Mapping[str, Any]] = MappingProxyType(
     {"Balanced": {"name": "Balanced"}, **ANCHORS}
 )
 """What ``apportion simulate --compare`` runs: ours, then the anchors
-(:data:`apportion.engine.anchors.ANCHORS`): Akka's LeastShards (limits 20/0.1) and
+(:data:`apportion.engine.baselines.ANCHORS`): Akka's LeastShards (limits 20/0.1) and
 ConsistentHashing (10 virtual nodes), Dapr's placement ring (100 virtual nodes), Orleans mod-n
 hash placement and random placement."""
 

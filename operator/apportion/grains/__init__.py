@@ -7,6 +7,6 @@ in-process from the placement tables the operator publishes (docs/placement-tabl
     director.activated("Shop.CartGrain", "cart/42")   # when it runs here; deactivated() after
 """
 
-from apportion.grains.director import GrainExplanation, NoPlacementTable, PlacementDirector
+from apportion.grains._director import GrainExplanation, NoPlacementTable, PlacementDirector
 
 __all__ = ["GrainExplanation", "NoPlacementTable", "PlacementDirector"]

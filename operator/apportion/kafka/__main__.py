@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from apportion.kafka.consumer import PartitionConsumer
+from apportion.kafka._consumer import PartitionConsumer
 from apportion.worker import WorkerError
 
 processed = logging.getLogger("apportion.kafka.processed")

@@ -12,8 +12,7 @@ come and go, acknowledges releases on its own Pod (docs/handoff.md) and serves /
 `apportion.api` and `apportion.engine` only.
 """
 
-from apportion.worker.state import Resharding, Transition, UnitRange, WorkerState
-from apportion.worker.worker import (
+from apportion.worker._worker import (
     KINDS,
     MergeCallback,
     SplitCallback,
@@ -21,6 +20,7 @@ from apportion.worker.worker import (
     Worker,
     WorkerError,
 )
+from apportion.worker._worker_state import Resharding, Transition, UnitRange, WorkerState
 
 __all__ = [
     "KINDS",

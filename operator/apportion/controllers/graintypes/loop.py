@@ -23,6 +23,7 @@ from apportion.api.assignment import ResourceRef
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
 from apportion.controllers import telemetry
+from apportion.controllers.caches import Want
 from apportion.controllers.graintypes.document import (
     GrainTypeProblem,
     build_document,
@@ -34,7 +35,6 @@ from apportion.controllers.graintypes.document import (
 )
 from apportion.controllers.graintypes.gate import PublishGate
 from apportion.controllers.pods import pod_cache, pods_of, select
-from apportion.controllers.selections import Want
 from apportion.controllers.unitsets.loop import writers
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.publishing.client import api

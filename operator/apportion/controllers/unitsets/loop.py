@@ -2,7 +2,7 @@
 
 The daemon sleeps until something it reads changes (a pod or workload it selects, the set
 itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass declares
-what it selects to the caches (`selections`), reads the cached pods and workloads, runs
+what it selects to the caches (`caches`), reads the cached pods and workloads, runs
 `apportion.engine.set_pass.plan_pass` and publishes what it decided: at most one ConfigMap
 write per new table, then Events, the status and the pods' deletion costs. All state lives in
 the API server: on start (operator restart, standby taking over) the daemon decodes the
@@ -33,10 +33,10 @@ from apportion.api.conditions import (
 )
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
-from apportion.controllers import selections, telemetry
-from apportion.controllers.metrics import MetricsCollector
+from apportion.controllers import caches, telemetry
+from apportion.controllers.caches import Want
+from apportion.controllers.load_collector import MetricsCollector
 from apportion.controllers.pods import PodFact, pod_cache, pods_of, select
-from apportion.controllers.selections import Want
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
 from apportion.engine.handoff import Reason, recover
@@ -60,8 +60,8 @@ from apportion.publishing.configmaps import (
     AssignmentStore,
     PublishConflict,
 )
+from apportion.publishing.deletion_costs import DeletionCosts
 from apportion.publishing.events import EventRecorder
-from apportion.publishing.pods import DeletionCosts
 from apportion.publishing.status import patch_status
 
 _ACTIONS = {Reason.ASSIGNED: "Assign", Reason.RESHARDED: "Reshard"}
@@ -809,7 +809,7 @@ async def assignment_changed(event: kopf.RawEvent, body: kopf.Body, **_: Any) ->
 
 @kopf.on.cleanup()
 async def close_writers(**_: Any) -> None:
-    await selections.stop()
+    await caches.stop()
     if _writers is not None:
         await _writers.events.flush()
         await _writers.events.close()

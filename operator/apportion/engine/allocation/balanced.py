@@ -16,7 +16,7 @@ from apportion.engine.allocation.balanced_loads import plan_loads
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import TOLERANCES, BalancedParameters
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     Origin,
     PlanBuilder,
     State,

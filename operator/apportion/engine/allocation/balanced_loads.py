@@ -28,7 +28,7 @@ import numpy as np
 
 from apportion.engine.allocation.model import HotUnit, Plan, PlanMetrics
 from apportion.engine.allocation.parameters import BalancedParameters
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     Origin,
     PlanBuilder,
     State,

@@ -20,7 +20,7 @@ import numpy as np
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import ConsistentHashingParameters
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     PlanBuilder,
     State,
     count_lower_bound,

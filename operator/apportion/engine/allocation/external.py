@@ -20,7 +20,7 @@ from apportion.engine.allocation.model import (
     PlanMetrics,
 )
 from apportion.engine.allocation.options import Options
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     PlanBuilder,
     count_ratio,
     index_request,

@@ -22,7 +22,7 @@ from typing import Any
 from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import LeastShardsParameters
-from apportion.engine.allocation.state import (
+from apportion.engine.allocation.plan_builder import (
     Origin,
     PlanBuilder,
     State,

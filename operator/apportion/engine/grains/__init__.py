@@ -24,7 +24,6 @@ from .errors import (
     PlacementError,
     StatelessWorkerAtCapacity,
 )
-from .explain import CandidateScore, Explanation, Trace
 from .filters import FilterStep, GrainFilter, PreferredMatch, RequiredMatch
 from .hashing import (
     DEFAULT_VIRTUAL_NODES,
@@ -66,6 +65,7 @@ from .table import (
     LoadSheddingThresholds,
     PlacementTable,
 )
+from .trace import CandidateScore, Explanation, Trace
 
 __all__ = [
     "BUILTIN_STRATEGIES",

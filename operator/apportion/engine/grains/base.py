@@ -15,9 +15,9 @@ from typing import Any, ClassVar, Self
 
 from .context import PlacementContext
 from .errors import NoCompatibleMember, PlacementError
-from .explain import Explanation, Trace
 from .filters import FilterStep, GrainFilter
 from .table import EMPTY_TABLE, PlacementTable
+from .trace import Explanation, Trace
 
 _MAX_CACHED_VIEWS = 64
 

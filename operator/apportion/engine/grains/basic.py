@@ -10,8 +10,8 @@ from typing import Any, Self
 from .base import CandidateView, GrainStrategy
 from .context import PlacementContext
 from .errors import GrainSpecError, NoCompatibleMember, StatelessWorkerAtCapacity
-from .explain import Trace
 from .filters import GrainFilter
+from .trace import Trace
 
 DEFAULT_ROLE_LABEL = "apportion.dev/role"
 

@@ -14,9 +14,9 @@ from .base import CandidateView, GrainStrategy
 from .basic import positive_int
 from .context import PlacementContext
 from .errors import GrainSpecError
-from .explain import Trace
 from .filters import GrainFilter
 from .table import PlacementTable
+from .trace import Trace
 
 _xxh3_64 = xxhash.xxh3_64_intdigest
 

@@ -13,9 +13,9 @@ from .base import CandidateView, GrainStrategy
 from .basic import positive_int
 from .context import PlacementContext
 from .errors import GrainSpecError, NoCompatibleMember
-from .explain import Trace
 from .filters import GrainFilter
 from .table import GrainMemberStats, PlacementTable
+from .trace import Trace
 
 
 def _eligible_or_fallback(

@@ -9,7 +9,7 @@ import java.util.function.DoubleSupplier;
  * The serving lease: a worker serves only while its view of the table is confirmed recent
  * (docs/handoff.md, "Cut off or paused: the serving lease"). Pure and not thread-safe: the
  * {@link Worker} guards it with its lock; the clock is passed in. The twin of the Python
- * apportion.worker.lease.ServingLease.
+ * apportion.worker._lease.ServingLease.
  *
  * <p>A confirmation counts from when the confirming request was <em>sent</em>, not when its
  * answer arrived: however long the answer took, the table it showed was current at or after that

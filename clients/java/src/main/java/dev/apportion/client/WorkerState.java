@@ -7,7 +7,7 @@ import java.util.Set;
 
 /**
  * One worker process's view of one PartitionSet or ShardSet (pure, no I/O, not thread-safe):
- * the Java twin of apportion.worker.state.WorkerState.
+ * the Java twin of apportion.worker._worker_state.WorkerState.
  *
  * <p>{@code view}: the newest table received; {@code held}: unit → token of every unit this
  * process serves or is finishing; {@code busy}: units whose callback is running (or being

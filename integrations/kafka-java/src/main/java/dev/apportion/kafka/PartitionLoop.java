@@ -23,7 +23,7 @@ import org.apache.kafka.common.TopicPartition;
 /**
  * The one thread that touches the Kafka {@link Consumer} (it is not thread-safe): applies
  * changes of the partitions consumed between records, fetches, hands records to the handler one
- * at a time, and commits. The Python apportion.kafka.consumer loop, in Java.
+ * at a time, and commits. The Python apportion.kafka._consumer loop, in Java.
  *
  * <p>A release commits the offset after the last record handled and only then completes, so the
  * next owner resumes exactly there; a revoke (no hand-off) stops at once and commits nothing.

@@ -46,9 +46,9 @@ from aiohttp import web
 
 from apportion.api.assignment import AssignmentTable, unit_order
 from apportion.engine.keys import get_scheme
-from apportion.worker.handover import UnitSnapshot, UnitStateStore
-from apportion.worker.state import UnitRange
-from apportion.worker.worker import Worker
+from apportion.worker._state_transfer import UnitSnapshot, UnitStateStore
+from apportion.worker._worker import Worker
+from apportion.worker._worker_state import UnitRange
 from apportion_dev.worker import counters
 from apportion_dev.worker.burn import CpuBurner
 
@@ -254,8 +254,8 @@ class DemoWorker:
 
     Unit state: per-key counters (`apportion_dev.worker.counters`), keyed by (count, unit) because
     a unit number names another key range under another count. They are handed over through
-    `apportion.worker.handover` on release, loaded on acquire, and cut or joined in place when
-    the unit count changes."""
+    `apportion.worker._state_transfer` on release, loaded on acquire, and cut or joined in place
+    when the unit count changes."""
 
     def __init__(
         self,

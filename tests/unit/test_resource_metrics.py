@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apportion.api.podmetrics import (
+from apportion.api.resource_metrics import (
     PodResources,
     ResourceUsage,
     container_ports,

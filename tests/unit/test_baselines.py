@@ -13,7 +13,7 @@ from apportion.engine.allocation import (
     LeastShards,
     Member,
 )
-from apportion.engine.anchors import ANCHORS, OrleansModN, RandomAllocation, make_anchor
+from apportion.engine.baselines import ANCHORS, OrleansModN, RandomAllocation, make_anchor
 from apportion.engine.scenarios import COMPARE, drive, scale_out
 
 UNITS = [f"u{j}" for j in range(200)]

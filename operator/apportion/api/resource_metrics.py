@@ -1,6 +1,6 @@
 """Resource figures in Kubernetes' own formats: quantities, `metrics.k8s.io/v1beta1` PodMetrics,
-and the CPU and memory a Pod may use. Pure; the collector (`apportion.controllers.metrics`) does
-the reading.
+and the CPU and memory a Pod may use. Pure; the collector
+(`apportion.controllers.load_collector`) does the reading.
 
     parse_quantity("12345n")                      # 1.2345e-05 (cores)
     pod_usage(pod_metrics_object).memory_bytes    # working set, summed over containers

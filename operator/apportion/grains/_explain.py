@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from apportion.api.placement_table import TABLE_LABEL, PlacementTableFormatError, from_configmap
-from apportion.grains.director import GrainExplanation, PlacementDirector
+from apportion.grains._director import GrainExplanation, PlacementDirector
 
 if TYPE_CHECKING:
     from lightkube import AsyncClient

@@ -1,4 +1,4 @@
-"""The caches of selected pods (`controllers.selections`): what is kept, whom an event wakes,
+"""The caches of selected pods (`controllers.caches`): what is kept, whom an event wakes,
 and that no deleted pod lingers, against a scripted API server (list, watch, label filters)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from lightkube import ALL_NS
 from lightkube.operators import Operator
 
 from apportion.api.common import LabelSelector
+from apportion.controllers.caches import CACHES, SelectedCache, Want
 from apportion.controllers.pods import PodFact
-from apportion.controllers.selections import CACHES, SelectedCache, Want
 
 
 class Listing:

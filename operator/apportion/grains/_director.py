@@ -1,7 +1,7 @@
 """`PlacementDirector`: places new grain activations in-process from the placement tables the
 operator publishes, one strategy instance per table (engine: `apportion.engine.grains`).
 
-Offline it is fed tables by hand (`apply`); live, `apportion.grains.watch` keeps it current from
+Offline it is fed tables by hand (`apply`); live, `apportion.grains._watch` keeps it current from
 the API server. Either way `place` costs one strategy call: no I/O, no round trip.
 """
 
@@ -19,8 +19,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from apportion.api.graintype import DEFAULT_GRAIN_TYPE
-from apportion.api.metrics import ACTIVATIONS, GRAIN_TYPE_LABEL, Sample
 from apportion.api.placement_table import PlacementTableDocument
+from apportion.api.worker_metrics import ACTIVATIONS, GRAIN_TYPE_LABEL, Sample
 from apportion.engine.grains import (
     Explanation,
     GrainSpecError,
@@ -35,7 +35,7 @@ from apportion.engine.grains import (
 if TYPE_CHECKING:
     from lightkube import AsyncClient
 
-    from apportion.grains.watch import TableWatch
+    from apportion.grains._watch import TableWatch
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ class PlacementDirector:
         kubeconfig or the pod's service account, and closed by `stop`."""
         from lightkube import AsyncClient
 
-        from apportion.grains.watch import TableWatch
+        from apportion.grains._watch import TableWatch
 
         if self._watch is not None:
             raise RuntimeError("PlacementDirector is already watching")
@@ -456,7 +456,7 @@ class PlacementDirector:
     def samples(self) -> list[Sample]:
         """What the worker serves on `/metrics` for grain placement: `apportion_activations`
         (the metrics contract, read back by the operator into `activationCount`) and the
-        families of `METRIC_HELP`. Render with `apportion.api.metrics.render(samples,
+        families of `METRIC_HELP`. Render with `apportion.api.worker_metrics.render(samples,
         helps=METRIC_HELP)`."""
         counts = self.counts()
         out = [

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apportion.api.metrics import (
+from apportion.api.worker_metrics import (
     ACTIVATIONS,
     CONTENT_TYPE,
     METRICS,

@@ -32,10 +32,16 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from apportion.api.metrics import CONTENT_TYPE, GRAIN_TYPE_LABEL, Sample, WorkerMetrics, render
+from apportion.api.worker_metrics import (
+    CONTENT_TYPE,
+    GRAIN_TYPE_LABEL,
+    Sample,
+    WorkerMetrics,
+    render,
+)
 from apportion.engine.grains import PlacementError, StatelessWorkerAtCapacity
-from apportion.grains.director import METRIC_HELP, PlacementDirector
-from apportion.worker.process import ProcessStats
+from apportion.grains._director import METRIC_HELP, PlacementDirector
+from apportion.worker._process import ProcessStats
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +99,7 @@ class GrainDemo:
         rng: random.Random | None = None,
     ) -> None:
         """`process` reads the worker's own CPU and memory figures for /metrics
-        (`apportion.worker.process.ProcessStats().read` in the demo worker)."""
+        (`apportion.worker._process.ProcessStats().read` in the demo worker)."""
         self.director = director
         self.port = port
         self.process = process

@@ -20,7 +20,7 @@ from apportion.api.placement_table import (
 from apportion.listwatch import ConfigMapListWatch
 
 if TYPE_CHECKING:  # the director starts its watch: a runtime import would be a cycle
-    from apportion.grains.director import PlacementDirector
+    from apportion.grains._director import PlacementDirector
 
 logger = logging.getLogger(__name__)
 

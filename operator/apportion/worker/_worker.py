@@ -20,19 +20,19 @@ from apportion.api.assignment import (
     ack_annotation_key,
     unit_order,
 )
-from apportion.api.metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.api.unitset import assignment_config_map
+from apportion.api.worker_metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.engine.handoff import releasing_units
-from apportion.worker.lease import ServingLease
-from apportion.worker.process import ProcessStats
-from apportion.worker.state import Resharding, Transition, UnitRange, WorkerState
+from apportion.worker._lease import ServingLease
+from apportion.worker._process import ProcessStats
+from apportion.worker._worker_state import Resharding, Transition, UnitRange, WorkerState
 
 if TYPE_CHECKING:
     from aiohttp import web
     from lightkube import AsyncClient
 
     from apportion.engine.keys import KeyScheme
-    from apportion.worker.watch import AssignmentWatch
+    from apportion.worker._watch import AssignmentWatch
 
 logger = logging.getLogger("apportion.worker")
 
@@ -211,7 +211,7 @@ class Worker:
             raise
 
     async def _start(self, timeout: float) -> None:
-        from apportion.worker.watch import AssignmentWatch
+        from apportion.worker._watch import AssignmentWatch
 
         if self._client is None:
             from lightkube import AsyncClient
@@ -384,7 +384,7 @@ class Worker:
 
     def serving_deadline(self, unit: str | None = None) -> float | None:
         """When serving (`unit`, if given) must end without a new confirmation, on the clock of
-        `apportion.worker.lease.boot_clock`; None: no lease (KeepServing). Bound in-flight work
+        `apportion.worker._lease.boot_clock`; None: no lease (KeepServing). Bound in-flight work
         by it, so that it has ended when the lease runs out."""
         return self._lease.expires_at(unit)
 

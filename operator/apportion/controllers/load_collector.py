@@ -47,8 +47,7 @@ from lightkube.generic_resource import create_namespaced_resource
 
 from apportion import __version__
 from apportion.api.common import MetricsSpec, ScrapeSpec, format_duration
-from apportion.api.metrics import ExpositionError, WorkerMetrics
-from apportion.api.podmetrics import (
+from apportion.api.resource_metrics import (
     PodResources,
     ResourceUsage,
     container_ports,
@@ -56,6 +55,7 @@ from apportion.api.podmetrics import (
     pod_usage,
 )
 from apportion.api.unitset import MetricsSource
+from apportion.api.worker_metrics import ExpositionError, WorkerMetrics
 from apportion.engine.grains.table import GrainMemberStats
 from apportion.engine.smoothing import ResourceSmoother, UnitLoadSmoother
 

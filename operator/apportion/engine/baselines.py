@@ -29,7 +29,7 @@ from apportion.engine.allocation import (
     make_strategy,
 )
 from apportion.engine.allocation.options import Options
-from apportion.engine.allocation.state import PlanBuilder, index_request, target_members
+from apportion.engine.allocation.plan_builder import PlanBuilder, index_request, target_members
 from apportion.engine.keys import xxh3_hashes
 
 __all__ = ["ANCHORS", "BASELINES", "OrleansModN", "RandomAllocation", "make_anchor"]

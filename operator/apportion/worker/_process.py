@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from apportion.api.metrics import WorkerMetrics
+from apportion.api.worker_metrics import WorkerMetrics
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CGROUP_LIMITS = (

@@ -12,10 +12,10 @@ from aiohttp import web
 from lightkube import AsyncClient, KubeConfig
 
 from apportion.api.common import MetricsSpec
-from apportion.api.metrics import WorkerMetrics
-from apportion.api.podmetrics import PodResources
+from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
-from apportion.controllers.metrics import MetricsCollector, PodRef, scrape_url
+from apportion.api.worker_metrics import WorkerMetrics
+from apportion.controllers.load_collector import MetricsCollector, PodRef, scrape_url
 from apportion.engine.grains.table import GrainMemberStats
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
