@@ -29,7 +29,8 @@ from apportion.api.assignment import (
     decode_assignment,
     encode_assignment,
 )
-from apportion.engine.handoff import LivePod, step
+from apportion.api.pods import WorkerPod
+from apportion.engine.handoff import step
 
 SET = ResourceRef("ShardSet", "default", "bench", "0f5e7c1a-3b2d-4e6f-8a9b-c0d1e2f3a4b5")
 KIB = 1024
@@ -138,7 +139,7 @@ def main() -> None:
     print(f"{'units':>7} {'members':>7} {'no change ms':>12} {'1 % moved ms':>12}")
     for units, members in [(10_000, 50), (100_000, 200)]:
         table = make_table(units, members, "churned")
-        live = {m.name: LivePod(m.uid) for m in table.members}
+        live = {m.name: WorkerPod(m.name, m.uid) for m in table.members}
         owners = table.owners()
         target = {u: o for u, o in owners.items() if o is not None}
         moved = dict(target)

@@ -138,10 +138,9 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     """Table and status writes per minute of one GrainType's publishing passes (the pure steps
     `GrainTypeLoop.reconcile` runs: collector smoothing, table, gate, status), one pass per
     publish interval, 8 members scraped every second."""
+    from apportion.api.pods import WorkerPod
     from apportion.controllers.graintypes.document import build_document, build_status, problems
     from apportion.controllers.graintypes.gate import PublishGate
-    from apportion.controllers.load_collector import PodRef
-    from apportion.controllers.pods import PodFact
     from apportion.engine.grains import GrainMemberStats
     from apportion.engine.smoothing import ResourceSmoother
 
@@ -150,13 +149,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     graintype = _graintype()
     publish = graintype.spec.publish
     pods = [
-        PodFact(
-            name=f"w-{i}",
-            uid=f"u-{i}",
-            labels={"app": "silo"},
-            ready=True,
-            ref=PodRef(name=f"w-{i}", ip=f"10.0.0.{i}", uid=f"u-{i}"),
-        )
+        WorkerPod(name=f"w-{i}", uid=f"u-{i}", labels={"app": "silo"}, ip=f"10.0.0.{i}")
         for i in range(8)
     ]
     smoothers = {p.name: ResourceSmoother() for p in pods}

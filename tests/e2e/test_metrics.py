@@ -23,9 +23,10 @@ from metrics_support import (
 )
 
 from apportion.api.common import MetricsSpec
+from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_metrics import WorkerMetrics
-from apportion.controllers.load_collector import MetricsCollector, PodRef
+from apportion.controllers.load_collector import MetricsCollector
 from apportion.engine.grains.table import GrainMemberStats
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port
@@ -58,10 +59,10 @@ async def eventually(check: Callable[[], Any], timeout: float, message: str) -> 
         await asyncio.sleep(0.2)
 
 
-async def ready_pods(client: AsyncClient, namespace: str, *names: str) -> list[PodRef]:
-    """PodRefs of `names` once every one is Ready with an IP, read as a controller would."""
+async def ready_pods(client: AsyncClient, namespace: str, *names: str) -> list[WorkerPod]:
+    """WorkerPods of `names` once every one is Ready with an IP, read as a controller would."""
 
-    async def check() -> list[PodRef] | None:
+    async def check() -> list[WorkerPod] | None:
         pods = [await client.get(Pod, name, namespace=namespace) for name in names]
         for pod in pods:
             ready = any(
@@ -69,7 +70,7 @@ async def ready_pods(client: AsyncClient, namespace: str, *names: str) -> list[P
             )
             if not (ready and pod.status.podIP):
                 return None
-        return [PodRef.from_pod(pod.to_dict()) for pod in pods]
+        return [WorkerPod.from_body(pod.to_dict()) for pod in pods]
 
     return await eventually(check, 60, f"pods {names} never became Ready")
 

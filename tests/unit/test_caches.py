@@ -11,8 +11,8 @@ from lightkube import ALL_NS
 from lightkube.operators import Operator
 
 from apportion.api.common import LabelSelector
+from apportion.api.pods import WorkerPod
 from apportion.controllers.caches import CACHES, SelectedCache, Want
-from apportion.controllers.pods import PodFact
 
 
 class Listing:
@@ -95,11 +95,11 @@ def selector(**labels: str) -> LabelSelector:
     return LabelSelector(match_labels=labels)
 
 
-def pod_body_fact(body: Any) -> PodFact:
-    return PodFact.from_body({**body, "status": {}})
+def pod_body_fact(body: Any) -> WorkerPod:
+    return WorkerPod.from_body({**body, "status": {}})
 
 
-async def started(server: ApiServer) -> tuple[SelectedCache[PodFact], list[str]]:
+async def started(server: ApiServer) -> tuple[SelectedCache[WorkerPod], list[str]]:
     cache = SelectedCache("pods", "Pod", "", pod_body_fact)
     CACHES.remove(cache)
     woken: list[str] = []
@@ -113,7 +113,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-def names(cache: SelectedCache[PodFact]) -> set[str]:
+def names(cache: SelectedCache[WorkerPod]) -> set[str]:
     return {pod.name for pod in cache.get("ns", ())}
 
 

@@ -14,8 +14,8 @@ from apportion.api.assignment import (
     ResourceRef,
     UnitState,
 )
+from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import (
-    LivePod,
     Reason,
     WorkerPlan,
     invert_assignment,
@@ -33,8 +33,8 @@ A, B, C = Incarnation("a", "uid-a"), Incarnation("b", "uid-b"), Incarnation("c",
 TIMEOUT = 60.0
 
 
-def live(*members: Incarnation, draining: tuple[Incarnation, ...] = ()) -> dict[str, LivePod]:
-    return {m.name: LivePod(m.uid, m in draining) for m in members}
+def live(*members: Incarnation, draining: tuple[Incarnation, ...] = ()) -> dict[str, WorkerPod]:
+    return {m.name: WorkerPod(m.name, m.uid, terminating=m in draining) for m in members}
 
 
 def settled(owners: dict[str, Incarnation], *members: Incarnation) -> AssignmentTable:
@@ -422,7 +422,11 @@ def step_inputs(draw: st.DrawFn):
     def uid(name: str) -> str:
         return draw(st.sampled_from([f"uid-{name}"] * 3 + [f"uid-{name}-new"]))
 
-    live_pods = {name: LivePod(uid(name), draw(rarely)) for name in NAMES if not draw(rarely)}
+    live_pods = {
+        name: WorkerPod(name, uid(name), terminating=draw(rarely))
+        for name in NAMES
+        if not draw(rarely)
+    }
     acks = {
         name: Ack(
             uid=uid(name),

@@ -32,9 +32,9 @@ from hypothesis.stateful import (
 )
 
 from apportion.api.assignment import Ack, AssignmentTable, Incarnation, ResourceRef
+from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import (
     HandoffDecision,
-    LivePod,
     Reason,
     is_owner,
     make_ack,
@@ -148,7 +148,7 @@ class HandoffModel(RuleBasedStateMachine):
             self.fence_until = None
         published = self.memory or self.latest
         assert published is self.stored or published == self.stored
-        live = {n: LivePod(p.uid, p.terminating) for n, p in self.pods.items()}
+        live = {n: WorkerPod(n, p.uid, terminating=p.terminating) for n, p in self.pods.items()}
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
         decision = step(published, self.target, acks, live, now, TIMEOUT)
         new = decision.new_table

@@ -12,10 +12,11 @@ from aiohttp import web
 from lightkube import AsyncClient, KubeConfig
 
 from apportion.api.common import MetricsSpec
+from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_metrics import WorkerMetrics
-from apportion.controllers.load_collector import MetricsCollector, PodRef, scrape_url
+from apportion.controllers.load_collector import MetricsCollector, scrape_url
 from apportion.engine.grains.table import GrainMemberStats
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
@@ -54,8 +55,10 @@ class Worker:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def pod(self, name: str, **kwargs: object) -> PodRef:
-        return PodRef(name, "127.0.0.1", uid=f"uid-{name}", ports={"metrics": self.port}, **kwargs)
+    def pod(self, name: str, **kwargs: object) -> WorkerPod:
+        return WorkerPod(
+            name, f"uid-{name}", ip="127.0.0.1", ports={"metrics": self.port}, **kwargs
+        )
 
 
 @pytest.fixture
@@ -243,8 +246,8 @@ async def test_every_failure_is_named(workers: Callable, clock: Clock) -> None:
         big.pod("big"),
         slow.pod("slow"),
         closed.pod("closed"),
-        PodRef("pending", None),
-        PodRef("unnamed", "127.0.0.1"),
+        WorkerPod("pending", "uid-pending"),
+        WorkerPod("unnamed", "uid-unnamed", ip="127.0.0.1"),
     ]
     async with collector_with(clock, max_page_bytes=5000) as collector:
         report = await collector.unit_loads("ns", "orders", pods, spec(timeout="200ms"))
@@ -322,7 +325,10 @@ async def test_member_stats_from_what_workers_report(
 
 async def test_without_scrape_settings_nothing_is_read(collector: MetricsCollector) -> None:
     report = await collector.unit_loads(
-        "ns", "orders", [PodRef("w-0", "127.0.0.1")], MetricsSpec(pod_metrics=False)
+        "ns",
+        "orders",
+        [WorkerPod("w-0", "uid-w-0", ip="127.0.0.1")],
+        MetricsSpec(pod_metrics=False),
     )
     assert report.unit_loads is None
     assert report.member_stats == {}

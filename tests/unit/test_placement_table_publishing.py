@@ -10,6 +10,7 @@ import pytest
 
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import ChangeKind
+from apportion.api.pods import WorkerPod
 from apportion.controllers.graintypes.document import (
     build_document,
     build_status,
@@ -18,8 +19,6 @@ from apportion.controllers.graintypes.document import (
     problems,
 )
 from apportion.controllers.graintypes.gate import PublishGate
-from apportion.controllers.load_collector import PodRef
-from apportion.controllers.pods import PodFact
 from apportion.engine.grains import GrainMemberStats
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -36,14 +35,14 @@ def graintype(name: str = "carts", **spec) -> GrainType:
     )
 
 
-def pod(i: int, *, ready: bool = True, terminating: bool = False, **labels) -> PodFact:
-    return PodFact(
+def pod(i: int, *, ready: bool = True, terminating: bool = False, **labels) -> WorkerPod:
+    return WorkerPod(
         name=f"w-{i}",
         uid=f"u-{i}",
         labels={"app": "silo", "zone": f"z{i % 2}", **labels},
         ready=ready,
         terminating=terminating,
-        ref=PodRef(name=f"w-{i}", ip=f"127.0.0.{10 + i}", uid=f"u-{i}"),
+        ip=f"127.0.0.{10 + i}",
     )
 
 

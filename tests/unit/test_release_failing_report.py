@@ -14,11 +14,12 @@ from prometheus_client import REGISTRY
 
 from apportion.api import PartitionSet
 from apportion.api.assignment import Incarnation
+from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.controllers import telemetry
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.handoff import make_ack
-from apportion.engine.set_pass import PassInput, PodView, initial_table, plan_pass
+from apportion.engine.set_pass import PassInput, initial_table, plan_pass
 
 LABELS = {"kind": "PartitionSet", "namespace": "release-failing", "set": "demo"}
 BODY = {
@@ -64,15 +65,15 @@ def gauge() -> float | None:
 
 async def test_a_failing_release_is_an_event_a_status_count_and_a_gauge(daemon: Any) -> None:
     spec = PartitionSet.from_raw(BODY).spec
-    members = [PodView(f"w-{i}", f"uid-w-{i}") for i in range(2)]
+    members = [WorkerPod(f"w-{i}", f"uid-w-{i}") for i in range(2)]
     placed = plan_pass(PassInput(spec, initial_table(daemon.set_ref, spec, 1), 1, members, 0.0))
     assert placed.new_table is not None
-    members.append(PodView("w-2", "uid-w-2"))
+    members.append(WorkerPod("w-2", "uid-w-2"))
     moving = plan_pass(PassInput(spec, placed.new_table, 1, members, 1.0)).new_table
     assert moving is not None
     stuck = sorted(u for u, r in moving.releasing().items() if moving.units[u].owner == "w-0")
     ack = make_ack(moving, Incarnation("w-0", "uid-w-0"), pending=stuck, failing={stuck[0]: "boom"})
-    members[0] = replace(members[0], ack=ack.to_annotation())
+    members[0] = replace(members[0], acks={daemon.set_ref.ack_annotation: ack.to_annotation()})
     daemon.published = moving
 
     for now in (2.0, 3.0):  # a second pass with the same news posts no second Event
@@ -96,7 +97,12 @@ async def test_a_failing_release_is_an_event_a_status_count_and_a_gauge(daemon: 
 
     # The retry succeeded: the ack covers the release; nothing is failing any more.
     members[0] = replace(
-        members[0], ack=make_ack(moving, Incarnation("w-0", "uid-w-0")).to_annotation()
+        members[0],
+        acks={
+            daemon.set_ref.ack_annotation: make_ack(
+                moving, Incarnation("w-0", "uid-w-0")
+            ).to_annotation()
+        },
     )
     done = plan_pass(PassInput(spec, moving, 1, members, 4.0))
     assert done.new_table is not None and not done.decision.failing

@@ -24,9 +24,9 @@ from hypothesis.stateful import invariant, rule
 from test_handoff_model import SET, TIMEOUT, HandoffModel
 
 from apportion.api.assignment import AssignmentTable
+from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import (
     HandoffDecision,
-    LivePod,
     Reason,
     is_owner,
     make_ack,
@@ -63,7 +63,7 @@ class ReshardModel(HandoffModel):
 
     def operator_step(self, now: float) -> HandoffDecision:
         published = self.latest
-        live = {n: LivePod(p.uid, p.terminating) for n, p in self.pods.items()}
+        live = {n: WorkerPod(n, p.uid, terminating=p.terminating) for n, p in self.pods.items()}
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
         target = {u: p for u, p in self.target.items() if u in published.units}
         lineage = next_lineage(published, self.wanted)

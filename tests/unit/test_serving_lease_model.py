@@ -15,7 +15,8 @@ from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 from apportion.api.assignment import AssignmentTable, Incarnation, Release, ResourceRef, UnitState
-from apportion.engine.handoff import LivePod, Reason, step
+from apportion.api.pods import WorkerPod
+from apportion.engine.handoff import Reason, step
 from apportion.worker._lease import ServingLease
 
 RHO = 0.01
@@ -66,7 +67,7 @@ def reassigned_at(table: AssignmentTable, clock: Clock, known: float, start: flo
     """The first real time from `start` at which `step`, run by an operator on `clock` that
     knew the release at its reading `known`, gives unit 0 to B (bisection: `step` is monotone
     in its `now`)."""
-    live = {A.name: LivePod(A.uid), B.name: LivePod(B.uid)}
+    live = {A.name: WorkerPod(A.name, A.uid), B.name: WorkerPod(B.name, B.uid)}
 
     def moved(t: float) -> bool:
         decision = step(table, {"0": B.name}, {}, live, clock.at(t), T, releases_known={"0": known})

@@ -11,8 +11,9 @@ import pytest
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import ResourceRef
 from apportion.api.common import LabelSelector
+from apportion.api.pods import WorkerPod
 from apportion.api.unitset import assignment_config_map
-from apportion.controllers.pods import PodFact, pods_of, select
+from apportion.controllers.pods import pods_of, select
 from apportion.controllers.workloads import WorkloadFact, rollout_of
 from apportion.engine.allocation import (
     Balanced,
@@ -29,7 +30,6 @@ from apportion.engine.set_pass import (
     NEW_REVISION,
     OLD_REVISION,
     PassInput,
-    PodView,
     Rollout,
     engine_members,
     initial_table,
@@ -65,7 +65,7 @@ def pod_body(name: str, **changes: Any) -> dict[str, Any]:
 
 
 def test_pod_facts() -> None:
-    fact = PodFact.from_body(pod_body("w-0"))
+    fact = WorkerPod.from_body(pod_body("w-0"))
     assert (fact.name, fact.uid, fact.ready, fact.terminating, fact.terminal) == (
         "w-0",
         "uid-w-0",
@@ -73,15 +73,15 @@ def test_pod_facts() -> None:
         False,
         False,
     )
-    assert fact.revision == "w-1" and fact.ref.ip == "127.0.0.9"
-    assert fact.ref.ports == {"metrics": 8080}
+    assert fact.revision == "w-1" and fact.ip == "127.0.0.9"
+    assert fact.ports == {"metrics": 8080}
 
     annotations = {
         "apportion.dev/ack.partitionset.demo": '{"uid":"x","epoch":1}',
         "controller.kubernetes.io/pod-deletion-cost": "8",
         "other": "y",
     }
-    fact = PodFact.from_body(
+    fact = WorkerPod.from_body(
         pod_body(
             "w-1",
             metadata__annotations=annotations,
@@ -90,20 +90,22 @@ def test_pod_facts() -> None:
     )
     assert fact.terminating and fact.deletion_cost == "8"
     assert fact.acks == {"apportion.dev/ack.partitionset.demo": '{"uid":"x","epoch":1}'}
-    assert fact.view("apportion.dev/ack.partitionset.demo").ack == '{"uid":"x","epoch":1}'
-    assert fact.view("apportion.dev/ack.shardset.demo").ack is None
+    mine = fact.for_set("apportion.dev/ack.partitionset.demo")
+    assert mine.acks == {"apportion.dev/ack.partitionset.demo": '{"uid":"x","epoch":1}'}
+    assert mine.deletion_cost is None  # the operator's own write is no change to a set
+    assert fact.for_set("apportion.dev/ack.shardset.demo").acks == {}
 
-    unready = PodFact.from_body(pod_body("w-2", status__conditions=[]))
-    failed = PodFact.from_body(pod_body("w-3", status__phase="Failed"))
+    unready = WorkerPod.from_body(pod_body("w-2", status__conditions=[]))
+    failed = WorkerPod.from_body(pod_body("w-3", status__phase="Failed"))
     assert not unready.ready and failed.terminal
-    deployment = PodFact.from_body(pod_body("d-0", metadata__labels={"pod-template-hash": "a"}))
+    deployment = WorkerPod.from_body(pod_body("d-0", metadata__labels={"pod-template-hash": "a"}))
     assert deployment.revision == "a"
 
 
 def test_selection_and_terminated_pods() -> None:
-    facts = [PodFact.from_body(pod_body(f"w-{i}")) for i in range(3)]
-    facts.append(PodFact.from_body(pod_body("x", metadata__labels={"app": "x"})))
-    facts.append(PodFact.from_body(pod_body("done", status__phase="Succeeded")))
+    facts = [WorkerPod.from_body(pod_body(f"w-{i}")) for i in range(3)]
+    facts.append(WorkerPod.from_body(pod_body("x", metadata__labels={"app": "x"})))
+    facts.append(WorkerPod.from_body(pod_body("done", status__phase="Succeeded")))
     assert [p.name for p in pods_of({"ns": facts}, "ns")] == ["w-0", "w-1", "w-2", "x"]
     assert pods_of({}, "ns") == []
     app_w = LabelSelector.model_validate({"matchLabels": {"app": "w"}})
@@ -122,8 +124,8 @@ def test_selection_and_terminated_pods() -> None:
     assert [p.name for p in select(facts[:4], app_w, None, not_w1)] == ["w-0", "w-2"]
 
 
-def member(name: str, revision: str, created: str = "2026-01-01T00:00:00Z") -> PodFact:
-    return PodFact(name, f"uid-{name}", revision=revision, created=created)
+def member(name: str, revision: str, created: str = "2026-01-01T00:00:00Z") -> WorkerPod:
+    return WorkerPod(name, f"uid-{name}", revision=revision, created=created)
 
 
 def statefulset(current: str, update: str) -> WorkloadFact:
@@ -164,7 +166,7 @@ def test_members_of_older_revisions_rank_lower_during_a_rollout() -> None:
     spec = PartitionSet.model_validate(
         {"spec": {"partitions": 4, "selector": {"matchLabels": {"app": "w"}}}}
     ).spec
-    pods = [PodView("w-10", "u10", revision="new"), PodView("w-2", "u2", revision="old")]
+    pods = [WorkerPod("w-10", "u10", revision="new"), WorkerPod("w-2", "u2", revision="old")]
     table = initial_table(ResourceRef("PartitionSet", "ns", "p", "u"), spec, 1)
     inp = PassInput(spec, table, 1, pods, now=0.0, rollout=Rollout(True, "new", "rolling"))
     members, problems = engine_members(inp, {})
@@ -253,8 +255,8 @@ def test_config_map_names() -> None:
 
 
 def test_one_fact_per_pod_name() -> None:
-    old = PodFact("w-1", "old-uid", created="2026-01-01T00:00:00Z")
-    new = PodFact("w-1", "new-uid", created="2026-01-01T00:09:00Z")
-    other = PodFact("w-0", "uid-0", created="2026-01-01T00:00:00Z")
+    old = WorkerPod("w-1", "old-uid", created="2026-01-01T00:00:00Z")
+    new = WorkerPod("w-1", "new-uid", created="2026-01-01T00:09:00Z")
+    other = WorkerPod("w-0", "uid-0", created="2026-01-01T00:00:00Z")
     index = {"ns": [old, new, other]}
     assert {p.uid for p in pods_of(index, "ns")} == {"new-uid", "uid-0"}

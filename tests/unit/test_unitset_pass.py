@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import Ack, AssignmentTable, Incarnation, ResourceRef, Suspensions
+from apportion.api.pods import WorkerPod
 from apportion.engine.allocation import Member as EngineMember
 from apportion.engine.handoff import Reason, make_ack
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
-    PodView,
     Rollout,
     StatusInput,
     imbalance,
@@ -30,6 +30,7 @@ from apportion.engine.set_pass import (
 )
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
+ACK = REF.ack_annotation
 
 NOW = 1_700_000_000.0
 """The pass's clock; the engine reads no other."""
@@ -45,16 +46,16 @@ def sset(**spec: Any) -> Any:
     return ShardSet.model_validate({"metadata": {"name": "carts"}, "spec": body}).spec
 
 
-def pods(*names: str, **changes: Any) -> list[PodView]:
-    return [PodView(name, f"uid-{name}", **changes) for name in names]
+def pods(*names: str, **changes: Any) -> list[WorkerPod]:
+    return [WorkerPod(name, f"uid-{name}", **changes) for name in names]
 
 
-def workers(n: int) -> list[PodView]:
+def workers(n: int) -> list[WorkerPod]:
     return pods(*(f"w-{i}" for i in range(n)))
 
 
 def run(
-    spec: Any, table: AssignmentTable, members: list[PodView], now: float = 1000.0, **kw: Any
+    spec: Any, table: AssignmentTable, members: list[WorkerPod], now: float = 1000.0, **kw: Any
 ) -> PassResult:
     return plan_pass(PassInput(spec, table, 1, members, now=now, **kw))
 
@@ -63,10 +64,17 @@ def counts(table: AssignmentTable) -> dict[str, int]:
     return {name: len(units) for name, units in table.by_member().items()}
 
 
-def acked(table: AssignmentTable, members: list[PodView]) -> list[PodView]:
+def acked(table: AssignmentTable, members: list[WorkerPod]) -> list[WorkerPod]:
     """Every member acknowledges every release `table` asks of it (as the worker rule does)."""
     return [
-        replace(p, ack=make_ack(table, Incarnation(p.name, p.uid)).to_annotation())
+        replace(
+            p,
+            acks={
+                table.set_ref.ack_annotation: make_ack(
+                    table, Incarnation(p.name, p.uid)
+                ).to_annotation()
+            },
+        )
         if p.name in table.member_uids
         else p
         for p in members
@@ -74,7 +82,7 @@ def acked(table: AssignmentTable, members: list[PodView]) -> list[PodView]:
 
 
 def settle(
-    spec: Any, table: AssignmentTable, members: list[PodView], now: float, limit: int = 200
+    spec: Any, table: AssignmentTable, members: list[WorkerPod], now: float, limit: int = 200
 ) -> tuple[AssignmentTable, list[PassResult]]:
     """Passes with instant acks until nothing changes; the time moves one interval per pass."""
     results = []
@@ -148,7 +156,7 @@ def test_units_of_a_gone_pod_move_at_once_even_when_rebalancing_is_held(spec, ba
 
 def test_a_new_incarnation_of_the_same_name_does_not_inherit_units(spec, balanced4) -> None:
     members = workers(4)
-    members[3] = PodView("w-3", "uid-w-3-again")
+    members[3] = WorkerPod("w-3", "uid-w-3-again")
     result = run(spec, balanced4, members)
     gone = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
     assert gone and all(e.source == "w-3" for e in gone)
@@ -217,14 +225,14 @@ def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None
     members = workers(4)
     me = Incarnation("w-0", "uid-w-0")
     ack = make_ack(balanced4, me, draining=True).to_annotation()
-    members[0] = PodView("w-0", "uid-w-0", ack=ack)
+    members[0] = WorkerPod("w-0", "uid-w-0", acks={ACK: ack})
     releases = run(spec, balanced4, members).new_table.releasing()
     assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-0"}
 
 
 def test_terminating_pods_are_drained_at_once(spec, balanced4) -> None:
     members = workers(4)
-    members[1] = PodView("w-1", "uid-w-1", terminating=True)
+    members[1] = WorkerPod("w-1", "uid-w-1", terminating=True)
     result = run(spec, balanced4, members, last_round=999.9)
     assert len(result.new_table.releasing()) == 8, "forced moves do not wait for a round"
 
@@ -248,7 +256,7 @@ def test_a_drained_pod_hands_everything_off_and_takes_units_back_when_uncordoned
 
 def test_invalid_ack_is_reported(spec, balanced4) -> None:
     members = workers(4)
-    members[2] = PodView("w-2", "uid-w-2", ack="{not json")
+    members[2] = WorkerPod("w-2", "uid-w-2", acks={ACK: "{not json"})
     result = run(spec, balanced4, members)
     assert [p.reason for p in result.problems] == ["InvalidAck"]
     assert "w-2" in result.problems[0].message
@@ -256,10 +264,10 @@ def test_invalid_ack_is_reported(spec, balanced4) -> None:
 
 def test_capacity_label_weighs_members() -> None:
     spec = pset(strategy={"name": "Balanced", "balanced": {"capacityLabel": "cap"}})
-    members = [PodView("a", "ua", {"cap": "3"}), PodView("b", "ub", {"cap": "1"})]
+    members = [WorkerPod("a", "ua", {"cap": "3"}), WorkerPod("b", "ub", {"cap": "1"})]
     table = run(spec, initial_table(REF, spec, 1), members).new_table
     assert counts(table) == {"a": 24, "b": 8}
-    bad = [PodView("a", "ua", {"cap": "lots"}), PodView("b", "ub")]
+    bad = [WorkerPod("a", "ua", {"cap": "lots"}), WorkerPod("b", "ub")]
     result = run(spec, initial_table(REF, spec, 1), bad)
     assert [p.reason for p in result.problems] == ["InvalidCapacity"]
 
@@ -287,9 +295,9 @@ def test_rollout_prefers_new_revision_members_for_least_shards() -> None:
     ref = ResourceRef("ShardSet", "ns", "carts", "uid")
     table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
     members = [
-        PodView("w-0", "uid-w-0", revision="old"),
-        PodView("w-1", "uid-w-1", revision="old"),
-        PodView("w-3", "uid-w-3", revision="new"),
+        WorkerPod("w-0", "uid-w-0", revision="old"),
+        WorkerPod("w-1", "uid-w-1", revision="old"),
+        WorkerPod("w-3", "uid-w-3", revision="new"),
     ]
     result = run(spec, table, members, rollout=Rollout(True, "new", "rolling"))
     moved = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
@@ -342,7 +350,7 @@ def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
     w0 = Incarnation("w-0", "uid-w-0")
     stuck = sorted(u for u, r in table.releasing().items() if table.units[u].owner == "w-0")
     ack = make_ack(table, w0, pending=stuck, failing=dict.fromkeys(stuck, "OSError: flush"))
-    members[0] = replace(members[0], ack=ack.to_annotation())
+    members[0] = replace(members[0], acks={ACK: ack.to_annotation()})
     result = run(spec, table, members, now=1001.0)
     assert result.new_table is None and set(result.decision.failing) == set(stuck)
     (problem,) = result.problems
@@ -366,9 +374,9 @@ def test_suspensions_told_by_acks_are_counted_in_the_status_and_each_new_one_rep
     status sums them over the members, and each one not yet reported is news, once."""
     members = workers(4)
 
-    def told(pod: PodView, count: int, seconds: float, uid: str | None = None) -> PodView:
+    def told(pod: WorkerPod, count: int, seconds: float, uid: str | None = None) -> WorkerPod:
         ack = Ack(uid or pod.uid, balanced4.epoch, suspended=Suspensions(count, seconds))
-        return replace(pod, ack=ack.to_annotation())
+        return replace(pod, acks={ACK: ack.to_annotation()})
 
     members[1] = told(members[1], 1, 12.34)
     members[2] = told(members[2], 3, 0.5)
@@ -376,7 +384,7 @@ def test_suspensions_told_by_acks_are_counted_in_the_status_and_each_new_one_rep
     result = run(spec, balanced4, members)
     status = unit_set_status(StatusInput(balanced4, result, members, 1, "cm", NOW))
     assert status["servingSuspensions"] == 4
-    by_uid = suspensions(members)
+    by_uid = suspensions(members, ACK)
     assert set(by_uid) == {"uid-w-1", "uid-w-2"}
     news = suspension_news(by_uid, {"uid-w-2": 1})
     assert news == [
@@ -425,7 +433,7 @@ def test_every_membership_settles_balanced_with_one_owner_per_unit(changes) -> N
 def test_not_balanced_while_a_member_is_starting() -> None:
     spec = pset()
     table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
-    members = [*workers(4), PodView("w-4", "uid-w-4", ready=False)]
+    members = [*workers(4), WorkerPod("w-4", "uid-w-4", ready=False)]
     result = run(spec, table, members)
     assert result.new_table is not None and not result.kept, "w-4 joins, takes nothing yet"
     status = unit_set_status(StatusInput(result.new_table, result, members, 1, "cm", NOW))

@@ -36,7 +36,7 @@ from apportion import API_VERSION
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion.api.common import LabelSelector
-from apportion.api.pods import DRAIN_ANNOTATION, drain_requested, is_ready, revision_of
+from apportion.api.pods import DRAIN_ANNOTATION, WorkerPod
 from apportion.api.resource import Resource
 from apportion.api.unitset import assignment_config_map
 from apportion.cli.explain import add_grain_arguments, explain_grain_command
@@ -221,7 +221,7 @@ async def run_top(args: argparse.Namespace) -> int:
 
 
 async def run_plan(args: argparse.Namespace) -> int:
-    from apportion.engine.set_pass import PassInput, PodView, plan_pass
+    from apportion.engine.set_pass import PassInput, plan_pass
 
     client = client_for(args)
     try:
@@ -240,26 +240,12 @@ async def run_plan(args: argparse.Namespace) -> int:
     ack_key = ResourceRef(
         live.kind, args.namespace, live.body["metadata"]["name"], ""
     ).ack_annotation
-    views = []
-    for pod in pods:
-        meta, labels = pod["metadata"], pod["metadata"].get("labels") or {}
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            continue
-        if not all(s.matches(labels) for s in selectors):
-            continue
-        annotations = meta.get("annotations") or {}
-        views.append(
-            PodView(
-                name=meta["name"],
-                uid=meta["uid"],
-                labels=labels,
-                ready=is_ready(pod.get("status") or {}),
-                terminating=meta.get("deletionTimestamp") is not None,
-                revision=revision_of(labels),
-                ack=annotations.get(ack_key),
-                drained=drain_requested(annotations),
-            )
-        )
+    members = (WorkerPod.from_body(pod) for pod in pods)
+    views = [
+        pod.for_set(ack_key)
+        for pod in members
+        if not pod.terminal and all(s.matches(pod.labels) for s in selectors)
+    ]
     views.sort(key=lambda v: v.name)
     result = plan_pass(
         PassInput(

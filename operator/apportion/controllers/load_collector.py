@@ -7,7 +7,7 @@ controllers: a pod selected by several resources is scraped once per interval, a
 PodMetrics are listed once per `resource_interval`.
 
     collector = MetricsCollector(client)             # a lightkube AsyncClient; close() at shutdown
-    pods = [PodRef.from_pod(pod) for pod in members] # Pod objects: kopf bodies or plain dicts
+    pods = [WorkerPod.from_body(pod) for pod in members]  # kopf bodies or plain dicts
 
     report = await collector.unit_loads(namespace, set_name, pods, spec.metrics)
     report.unit_loads    # {"17": 3.2, ...} smoothed per-unit load, or None: balance unit counts
@@ -37,7 +37,6 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import aiohttp
 import httpx2
@@ -47,11 +46,10 @@ from lightkube.generic_resource import create_namespaced_resource
 
 from apportion import __version__
 from apportion.api.common import MetricsSpec, ScrapeSpec, format_duration
+from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import (
     PodResources,
     ResourceUsage,
-    container_ports,
-    pod_resources,
     pod_usage,
 )
 from apportion.api.unitset import MetricsSource
@@ -64,30 +62,6 @@ PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics
 _ACCEPT = "text/plain;version=0.0.4;q=0.9,*/*;q=0.1"
 _STALE_INTERVALS = 3
 _MAX_LISTED_PROBLEMS = 3
-
-
-@dataclass(frozen=True, slots=True)
-class PodRef:
-    """What the collector needs to know about one member pod."""
-
-    name: str
-    ip: str | None
-    uid: str = ""
-    ports: Mapping[str, int] = field(default_factory=dict)
-    """Named container ports, for a scrape port given by name."""
-    resources: PodResources = field(default_factory=PodResources)
-    """CPU limit/request and memory limit: what usage is a percentage of."""
-
-    @classmethod
-    def from_pod(cls, pod: Mapping[str, Any]) -> PodRef:
-        meta = pod.get("metadata") or {}
-        return cls(
-            name=meta["name"],
-            ip=(pod.get("status") or {}).get("podIP") or None,
-            uid=meta.get("uid") or "",
-            ports=container_ports(pod),
-            resources=pod_resources(pod),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +184,7 @@ class MetricsCollector:
     # --- the API ---------------------------------------------------------------------------------
 
     async def unit_loads(
-        self, namespace: str, set_name: str, pods: Sequence[PodRef], spec: MetricsSpec
+        self, namespace: str, set_name: str, pods: Sequence[WorkerPod], spec: MetricsSpec
     ) -> LoadReport:
         """Per-unit load of PartitionSet/ShardSet `set_name` (the `set` label workers put on
         `apportion_unit_load`), smoothed with the spec's half-life, plus each pod's stats."""
@@ -265,7 +239,7 @@ class MetricsCollector:
     async def member_stats(
         self,
         namespace: str,
-        pods: Sequence[PodRef],
+        pods: Sequence[WorkerPod],
         spec: MetricsSpec,
         *,
         grain_types: Collection[str] | None = None,
@@ -307,7 +281,7 @@ class MetricsCollector:
     # --- reading ---------------------------------------------------------------------------------
 
     async def _read(
-        self, namespace: str, pods: Sequence[PodRef], spec: MetricsSpec, now: float
+        self, namespace: str, pods: Sequence[WorkerPod], spec: MetricsSpec, now: float
     ) -> _Readings:
         self._prune(now)
         readings = _Readings()
@@ -466,7 +440,7 @@ class MetricsCollector:
     def _member_stats(
         self,
         namespace: str,
-        pods: Sequence[PodRef],
+        pods: Sequence[WorkerPod],
         spec: MetricsSpec,
         readings: _Readings,
         grain_types: Collection[str] | None,
@@ -526,7 +500,7 @@ class _ScrapeError(Exception):
     pass
 
 
-def scrape_url(pod: PodRef, scrape: ScrapeSpec) -> str:
+def scrape_url(pod: WorkerPod, scrape: ScrapeSpec) -> str:
     """`http://<pod IP>:<port><path>`; ValueError says why a pod cannot be scraped."""
     if not pod.ip:
         raise ValueError("no pod IP yet")
@@ -554,7 +528,7 @@ def _fold_pod_metrics(member: _Member, resources: PodResources, usage: ResourceU
 
 
 def _combine(
-    pod: PodRef,
+    pod: WorkerPod,
     member: _Member,
     usage: ResourceUsage | None,
     worker: WorkerMetrics | None,
@@ -620,4 +594,4 @@ def _problems_part(problems: Mapping[str, str]) -> str:
     return f" ({text}{f'; and {more} more pods' if more else ''})"
 
 
-__all__ = ["LoadReport", "MetricsCollector", "PodMetrics", "PodRef", "scrape_url"]
+__all__ = ["LoadReport", "MetricsCollector", "PodMetrics", "scrape_url"]

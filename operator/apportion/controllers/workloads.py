@@ -17,8 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from apportion.api.common import LabelSelector, WorkloadKind
+from apportion.api.pods import WorkerPod
 from apportion.controllers.caches import SelectedCache
-from apportion.controllers.pods import PodFact
 from apportion.engine.set_pass import Rollout
 
 
@@ -74,7 +74,7 @@ def find_workload(namespace: str, kind: WorkloadKind, name: str) -> WorkloadFact
     return next((w for w in workload_caches[kind].get(namespace, ()) if w.name == name), None)
 
 
-def rollout_of(workload: WorkloadFact | None, members: Sequence[PodFact]) -> Rollout:
+def rollout_of(workload: WorkloadFact | None, members: Sequence[WorkerPod]) -> Rollout:
     """Whether a rollout is under way and which revision is the new one (see module doc)."""
     revisions = {pod.revision for pod in members if pod.revision}
     newest = max(members, key=lambda p: p.created).revision if members else ""

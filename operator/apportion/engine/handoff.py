@@ -23,17 +23,7 @@ from apportion.api.assignment import (
     UnitState,
     unit_order,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LivePod:
-    """A member pod as the operator sees it: present in the API, with this uid.
-
-    `draining`: the pod has a deletionTimestamp. A worker may also announce draining in its ack.
-    """
-
-    uid: str
-    draining: bool = False
+from apportion.api.pods import WorkerPod
 
 
 class Reason(StrEnum):
@@ -123,7 +113,7 @@ def step(
     published: AssignmentTable,
     target: Mapping[str, str | None],
     acks: Mapping[str, Ack],
-    live_members: Mapping[str, LivePod],
+    live_members: Mapping[str, WorkerPod],
     now: float,
     handoff_timeout: float,
     *,

@@ -14,7 +14,7 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from apportion.api.assignment import (
     unit_order,
 )
 from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
+from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
 from apportion.engine.allocation import (
     AllocationError,
@@ -36,29 +37,13 @@ from apportion.engine.allocation import (
     Plan,
 )
 from apportion.engine.allocation.from_spec import move_budget, strategy_for
-from apportion.engine.handoff import HandoffDecision, HandoffEvent, LivePod, Reason, step
+from apportion.engine.handoff import HandoffDecision, HandoffEvent, Reason, step
 from apportion.engine.reshard import Progress, gather_targets, next_lineage, progress, resharded
 
 NEW_REVISION = "1"
 OLD_REVISION = "0"
 """Member versions during a rollout: strategies that prefer the newest version (LeastShards, as
 Akka) compare these, not revision hashes, which have no order."""
-
-
-@dataclass(frozen=True, slots=True)
-class PodView:
-    """A worker pod as a pass sees it. `ack`: raw text of this set's ack annotation."""
-
-    name: str
-    uid: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    ready: bool = True
-    terminating: bool = False
-    revision: str = ""
-    ack: str | None = None
-    drained: bool = False
-    """Drain requested on the pod (`apportion.dev/drain`): like terminating, it takes nothing
-    new and hands off what it holds, but it is still up and serving until then."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +77,12 @@ class PassInput:
     spec: UnitSetSpec
     published: AssignmentTable
     generation: int
-    pods: Sequence[PodView]
+    pods: Sequence[WorkerPod]
     now: float
     last_round: float | None = None
     rollout: Rollout = Rollout()
     loads: Mapping[str, float] | None = None
-    departed: Sequence[PodView] = ()
+    departed: Sequence[WorkerPod] = ()
     desired_members: int | None = None
     """The workload's replicas (workloadRef), which the first placement waits for."""
     created: float | None = None
@@ -144,26 +129,25 @@ def natural_key(name: str) -> tuple[Any, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name))
 
 
-def parse_acks(
-    pods: Iterable[PodView],
-) -> tuple[dict[str, Ack], list[Problem]]:
-    """Each pod's ack, and a problem for every annotation that does not parse."""
+def parse_acks(pods: Iterable[WorkerPod], key: str) -> tuple[dict[str, Ack], list[Problem]]:
+    """Each pod's ack under annotation `key`, and a problem for every one that does not parse."""
     acks: dict[str, Ack] = {}
     problems: list[Problem] = []
     for pod in pods:
-        if pod.ack is None:
+        text = pod.ack(key)
+        if text is None:
             continue
         try:
-            acks[pod.name] = Ack.from_annotation(pod.ack)
+            acks[pod.name] = Ack.from_annotation(text)
         except AssignmentFormatError as error:
             problems.append(Problem("InvalidAck", f"pod {pod.name}: {error}"))
     return acks, problems
 
 
-def suspensions(pods: Sequence[PodView]) -> dict[str, tuple[str, Suspensions]]:
-    """Pod uid → (name, the outages of its serving lease), from each pod's own ack: told after
-    the fact, since nothing could be written while they lasted."""
-    acks, _ = parse_acks(pods)
+def suspensions(pods: Sequence[WorkerPod], key: str) -> dict[str, tuple[str, Suspensions]]:
+    """Pod uid → (name, the outages of its serving lease), from each pod's ack under `key`: told
+    after the fact, since nothing could be written while they lasted."""
+    acks, _ = parse_acks(pods, key)
     return {
         pod.uid: (pod.name, ack.suspended)
         for pod in pods
@@ -192,7 +176,7 @@ def suspension_news(
     return news
 
 
-def _capacity(pod: PodView, label: str | None) -> tuple[float, Problem | None]:
+def _capacity(pod: WorkerPod, label: str | None) -> tuple[float, Problem | None]:
     if label is None or label not in pod.labels:
         return 1.0, None
     text = pod.labels[label]
@@ -237,7 +221,7 @@ def engine_members(inp: PassInput, acks: Mapping[str, Ack]) -> tuple[list[Member
 
 
 def intended_owners(
-    published: AssignmentTable, pods: Iterable[PodView]
+    published: AssignmentTable, pods: Iterable[WorkerPod]
 ) -> tuple[dict[str, str], frozenset[str]]:
     """unit → the live member it is with or on its way to, and the units in hand-off.
 
@@ -356,7 +340,7 @@ def startup_barrier(inp: PassInput) -> tuple[Problem, float | None] | None:
     return Problem("WaitingForMembers", message), deadline
 
 
-def unknown_pins(spec: UnitSetSpec, pods: Sequence[PodView]) -> list[Problem]:
+def unknown_pins(spec: UnitSetSpec, pods: Sequence[WorkerPod]) -> list[Problem]:
     """External pins naming a pod that is not a member: the fallback places those units, and
     the user should know the pin has no effect (a typo, a pod gone for good)."""
     external = spec.strategy.external
@@ -380,7 +364,7 @@ def plan_pass(inp: PassInput) -> PassResult:
     """One pass: strategy plan, held-back optional moves, one hand-off step."""
     spec, published, now = inp.spec, inp.published, inp.now
     everyone = [*inp.pods, *inp.departed]
-    acks, problems = parse_acks(everyone)
+    acks, problems = parse_acks(everyone, published.set_ref.ack_annotation)
     if not inp.pods:
         problems.insert(
             0,
@@ -449,8 +433,8 @@ def plan_pass(inp: PassInput) -> PassResult:
         target[move.unit] = move.target
     if lineage is not None and not lineage.split:
         target = gather_targets(lineage, target)
-    live = {pod.name: LivePod(pod.uid, draining=pod.terminating or pod.drained) for pod in inp.pods}
-    live.update({pod.name: LivePod(pod.uid, draining=True) for pod in inp.departed})
+    live = {pod.name: pod for pod in inp.pods}
+    live.update({pod.name: replace(pod, drained=True) for pod in inp.departed})
     decision = step(
         published,
         target,
@@ -552,7 +536,7 @@ class StatusInput:
 
     table: AssignmentTable
     result: PassResult
-    pods: Sequence[PodView]
+    pods: Sequence[WorkerPod]
     generation: int
     config_map: str | None
     now: float
@@ -608,7 +592,9 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
         "movesInProgress": releasing,
         "releasesFailing": 0 if result.decision is None else len(result.decision.failing),
-        "servingSuspensions": sum(told.count for _, told in suspensions(s.pods).values()),
+        "servingSuspensions": sum(
+            told.count for _, told in suspensions(s.pods, s.table.set_ref.ack_annotation).values()
+        ),
         "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
@@ -764,7 +750,6 @@ def initial_table(
 __all__ = [
     "PassInput",
     "PassResult",
-    "PodView",
     "Problem",
     "Rollout",
     "StatusInput",

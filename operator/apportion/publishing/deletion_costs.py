@@ -18,9 +18,10 @@ from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
 
+from apportion.api.pods import DELETION_COST
+
 logger = logging.getLogger(__name__)
 
-DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
 COST_LIMIT = 2**31 - 1  # the annotation is an int32
 FLUSH_SECONDS = 1.0
 

@@ -18,7 +18,7 @@ from apportion.api.placement_table import (
     TableStats,
     configmap_name,
 )
-from apportion.controllers.pods import PodFact
+from apportion.api.pods import WorkerPod
 from apportion.engine.grains import GrainMemberStats, LoadSheddingThresholds
 
 LOAD_AWARE = frozenset(
@@ -26,7 +26,7 @@ LOAD_AWARE = frozenset(
 )
 
 
-def is_compatible(pod: PodFact) -> bool:
+def is_compatible(pod: WorkerPod) -> bool:
     """A member that may take new activations: Ready, neither terminating nor finished."""
     return pod.ready and not pod.terminating and not pod.terminal
 
@@ -58,7 +58,7 @@ def counted_grain_types(graintype: GrainType) -> list[str] | None:
 
 def build_document(
     graintype: GrainType,
-    members: Iterable[PodFact],
+    members: Iterable[WorkerPod],
     stats: Mapping[str, GrainMemberStats],
     *,
     version: int,
@@ -75,7 +75,7 @@ def build_document(
         table_members.append(
             TableMember(
                 name=pod.name,
-                address=pod.ref.ip if pod.ref is not None else None,
+                address=pod.ip,
                 labels=dict(pod.labels),
                 stats=None if figures is None else member_stats(figures, shedding),
             )
@@ -112,7 +112,7 @@ class GrainTypeProblem:
 
 def problems(
     graintype: GrainType,
-    selected: Sequence[PodFact],
+    selected: Sequence[WorkerPod],
     published: PlacementTableDocument | None,
     *,
     conflicts: Mapping[str, Sequence[str]] | None = None,
@@ -175,7 +175,7 @@ def problems(
 
 def build_status(
     graintype: GrainType,
-    selected: Sequence[PodFact],
+    selected: Sequence[WorkerPod],
     published: PlacementTableDocument | None,
     found: Sequence[GrainTypeProblem],
     *,

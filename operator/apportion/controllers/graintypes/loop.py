@@ -147,7 +147,7 @@ class GrainTypeLoop:
         members = [pod for pod in selected if is_compatible(pod)]
         report = await writers().metrics.member_stats(
             self.namespace,
-            [pod.ref for pod in members if pod.ref is not None],
+            members,
             spec.metrics,
             grain_types=counted_grain_types(parsed),
         )

@@ -31,19 +31,19 @@ from apportion.api.conditions import (
     dump_conditions,
     set_condition,
 )
+from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
 from apportion.controllers import caches, telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.load_collector import MetricsCollector
-from apportion.controllers.pods import PodFact, pod_cache, pods_of, select
+from apportion.controllers.pods import pod_cache, pods_of, select
 from apportion.controllers.wakeups import set_key, wakeups
 from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
 from apportion.engine.handoff import Reason, recover
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
-    PodView,
     Problem,
     Rollout,
     StatusInput,
@@ -349,7 +349,7 @@ class SetLoop:
         members, rollout, problem = self.members(spec, everyone)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         ack = self.set_ref.ack_annotation
-        views = tuple(sorted((pod.view(ack) for pod in members), key=lambda v: v.name))
+        views = tuple(sorted((pod.for_set(ack) for pod in members), key=lambda v: v.name))
         # Owners that are no longer selected but still run may still serve their units: they
         # hand them off like draining members instead of losing them unfenced.
         uids = self.published.member_uids
@@ -358,7 +358,7 @@ class SetLoop:
         departed = tuple(
             sorted(
                 (
-                    pod.view(ack)
+                    pod.for_set(ack)
                     for pod in everyone
                     if pod.name in owners
                     and uids.get(pod.name) == pod.uid
@@ -442,14 +442,14 @@ class SetLoop:
         return self.wake_at
 
     async def loads(
-        self, spec: UnitSetSpec, members: Sequence[PodFact], now: float
+        self, spec: UnitSetSpec, members: Sequence[WorkerPod], now: float
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
         if spec.metrics.scrape is None or not members:
             self.loads_missing_since = None
             return None, MetricsSource.COUNTS, None
         report = await self.writers.metrics.unit_loads(
-            self.namespace, self.set_ref.name, [pod.ref for pod in members], spec.metrics
+            self.namespace, self.set_ref.name, members, spec.metrics
         )
         if report.unit_loads is None:
             self.known_loads.clear()
@@ -482,8 +482,8 @@ class SetLoop:
         await pod_cache.want(self.key, Want(self.namespace, tuple(selectors), owners))
 
     def members(
-        self, spec: UnitSetSpec, everyone: Sequence[PodFact]
-    ) -> tuple[list[PodFact], Rollout, Problem | None]:
+        self, spec: UnitSetSpec, everyone: Sequence[WorkerPod]
+    ) -> tuple[list[WorkerPod], Rollout, Problem | None]:
         """The selected pods, the rollout and, when members cannot be known, why."""
         if spec.workload_ref is None:
             members = select(everyone, spec.selector)
@@ -593,7 +593,7 @@ class SetLoop:
     async def report(
         self,
         result: PassResult,
-        pods: Sequence[PodView],
+        pods: Sequence[WorkerPod],
         now: float,
         source: MetricsSource,
         extra: Sequence[Problem] = (),
@@ -633,10 +633,10 @@ class SetLoop:
             self.status = status
         self.record_status(status, result, pods, loads)
 
-    def report_suspensions(self, pods: Sequence[PodView]) -> None:
+    def report_suspensions(self, pods: Sequence[WorkerPod]) -> None:
         """An Event for each serving-lease outage a member's ack tells of, once. A new operator
         process takes what the status already counted as reported, or else reports them all."""
-        told = suspensions(pods)
+        told = suspensions(pods, self.set_ref.ack_annotation)
         counts = {uid: suspended.count for uid, (_, suspended) in told.items()}
         if self.suspensions_seen is None:
             counted = (self.body.get("status") or {}).get("servingSuspensions")
@@ -653,7 +653,7 @@ class SetLoop:
         self,
         status: Mapping[str, Any],
         result: PassResult,
-        pods: Sequence[PodView],
+        pods: Sequence[WorkerPod],
         loads: Mapping[str, float] | None,
     ) -> None:
         """The gauges a pass's status holds, and the per-member figures it sums up."""
@@ -688,7 +688,7 @@ class SetLoop:
             else {m: math.fsum(loads.get(u, 0.0) for u in units) for m, units in held.items()},
         )
 
-    def update_costs(self, everyone: Sequence[PodFact]) -> None:
+    def update_costs(self, everyone: Sequence[WorkerPod]) -> None:
         assert self.published is not None
         uids = self.published.member_uids
         holdings: dict[str, int] = {}
