@@ -12,7 +12,7 @@ from lightkube.operators import Operator
 
 from apportion.api.common import LabelSelector
 from apportion.api.pods import WorkerPod
-from apportion.controllers.caches import CACHES, SelectedCache, Want
+from apportion.controllers.caches import SelectedCache, Want
 
 
 class Listing:
@@ -100,10 +100,8 @@ def pod_body_fact(body: Any) -> WorkerPod:
 
 
 async def started(server: ApiServer) -> tuple[SelectedCache[WorkerPod], list[str]]:
-    cache = SelectedCache("pods", "Pod", "", pod_body_fact)
-    CACHES.remove(cache)
     woken: list[str] = []
-    cache.client, cache.notify = (lambda: server), woken.append  # type: ignore[assignment]
+    cache = SelectedCache("pods", "Pod", "", pod_body_fact, server, woken.append)  # type: ignore[arg-type]
     await cache.start()
     return cache, woken
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from apportion.api.assignment import Incarnation
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.controllers import telemetry
+from apportion.controllers.runtime import OwnTables
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.handoff import make_ack
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass
@@ -49,13 +51,11 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Any:
     async def patch_status(client: Any, kind: str, ns: str, name: str, status: Any) -> None:
         statuses.append(status)
 
-    monkeypatch.setattr(loop_module, "api", lambda: None)
     monkeypatch.setattr(loop_module, "patch_status", patch_status)
-    monkeypatch.setattr(loop_module, "_writers", loop_module.Writers(events, None, None))  # type: ignore[arg-type]
-    daemon = loop_module.SetLoop(PartitionSet, BODY, logging.getLogger("test"))  # type: ignore[arg-type]
+    runtime = SimpleNamespace(client=None, events=events, tables=OwnTables())
+    daemon = loop_module.SetLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)  # type: ignore[arg-type]
     daemon.events, daemon.statuses = events, statuses
     yield daemon
-    loop_module._roots.clear()
     telemetry.forget_set(daemon.labels)
 
 

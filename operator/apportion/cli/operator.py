@@ -80,26 +80,29 @@ def run(args: argparse.Namespace) -> int:
 async def _operate(args: argparse.Namespace) -> None:
     import kopf
 
-    from apportion.controllers import caches, load_handlers, telemetry
+    from apportion.controllers import load_handlers, telemetry
     from apportion.controllers.peering import ensure_peering
+    from apportion.controllers.runtime import Runtime
     from apportion.controllers.settings import build_settings
-    from apportion.controllers.wakeups import wakeups
-    from apportion.publishing.client import api
 
     load_handlers()
     if args.metrics:
         telemetry.follow_peering(standalone=not args.peering)
         telemetry.serve(args.metrics)
     namespaces = args.namespaces or []
-    caches.configure(api, wakeups.notify, namespaces)
     if args.peering:
         await ensure_peering(args.peering, namespaces)
-    await kopf.operator(
-        settings=build_settings(),
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=not args.peering,
-        peering_name=args.peering,
-        priority=args.priority,
-        liveness_endpoint=args.liveness,
-    )
+    runtime = Runtime.create(namespaces)
+    try:
+        await kopf.operator(
+            settings=build_settings(),
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=not args.peering,
+            peering_name=args.peering,
+            priority=args.priority,
+            liveness_endpoint=args.liveness,
+            memo=kopf.Memo(runtime=runtime),
+        )
+    finally:
+        await runtime.close()

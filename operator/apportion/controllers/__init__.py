@@ -1,13 +1,15 @@
 """kopf handlers, one module per kind, thin: they delegate to the engine and to publishing.
 
 Importing a handler module registers its handlers with kopf's default registry; `load_handlers`
-imports them all for `apportion operator`, which runs them with `settings.build_settings()`.
+imports them all for `apportion operator`, which runs them with `settings.build_settings()` and
+hands them the process's `runtime.Runtime` as `memo.runtime`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 
 import kopf
 
@@ -18,7 +20,19 @@ HANDLER_MODULES = (
 )
 
 
+class _QuietWakeups(logging.Filter):
+    """kopf logs every handler's success at INFO; for our indexers and wake-up handlers that is
+    a line per pod event. Keep those lines out of the operator's log."""
+
+    HANDLERS = ("'wake'", "'apportion_graintypes'")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg if isinstance(record.msg, str) else ""
+        return not (message.endswith(" succeeded.") and any(h in message for h in self.HANDLERS))
+
+
 def load_handlers() -> None:
+    logging.getLogger("kopf.objects").addFilter(_QuietWakeups())
     for name in HANDLER_MODULES:
         importlib.import_module(name)
     without_finalizers(kopf.get_default_registry())

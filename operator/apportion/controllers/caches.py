@@ -42,24 +42,6 @@ PAGE = 500
 """Objects per page of a full re-list: what is parsed and dropped at once."""
 
 
-CACHES: list[SelectedCache[Any]] = []
-"""Every cache of the process (the pods', the workloads'): `configure` and `stop` act on all."""
-
-
-def configure(
-    client: Callable[[], AsyncClient], notify: Callable[[str], None], scope: Sequence[str] = ()
-) -> None:
-    """Where the caches read (the operator's client, its namespaces: none for every one) and
-    whom they wake."""
-    for cache in CACHES:
-        cache.client, cache.notify, cache.scope = client, notify, tuple(scope)
-
-
-async def stop() -> None:
-    for cache in CACHES:
-        await cache.stop()
-
-
 @dataclass(frozen=True)
 class Want:
     """What one set reads of a namespace: objects matching every selector (no selectors:
@@ -132,7 +114,8 @@ class _NamespaceSelection(Generic[F]):
 class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     """namespace → facts of the wanted objects of one kind (a Mapping, as kopf's indexes were).
 
-    `notify(key)` is called for each set whose wanted objects changed."""
+    It reads through `client` in `scope` (the operator's namespaces, patterns allowed; none for
+    every one) and calls `notify(key)` for each set whose wanted objects changed."""
 
     def __init__(
         self,
@@ -140,6 +123,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         kind: str,
         group: str,
         fact: Callable[[Mapping[str, Any]], F],
+        client: AsyncClient,
+        notify: Callable[[str], None],
+        scope: Sequence[str] = (),
     ) -> None:
         version = f"{group}/v1" if group else "v1"
         # A plain-dict resource, kept out of lightkube's registry (where `Pod` means the typed
@@ -152,16 +138,15 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         self.what = f"{plural} ({version})"
         self.plural = plural
         self.fact = fact
-        self.notify: Callable[[str], None] = lambda key: None
-        self.client: Callable[[], AsyncClient] | None = None
-        self.scope: Sequence[str] = ()
+        self.notify = notify
+        self.client = client
+        self.scope = tuple(scope)
         self._namespaces: dict[str, _NamespaceSelection[F]] = {}
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._listing = 0
         self._deleted: set[str] = set()
         self.relists = 0
-        CACHES.append(self)
 
     # ------------------------------------------------------------------------- Mapping view
 
@@ -256,10 +241,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     async def _fill(self, namespace: str, **selectors: Any) -> None:
         """Add what a filtered LIST finds. Deletions the watch reports meanwhile are kept
         aside, so that the LIST's older view cannot bring a deleted object back."""
-        assert self.client is not None
         self._listing += 1
         try:
-            listing = self.client().list(self.resource, namespace=namespace, **selectors)
+            listing = self.client.list(self.resource, namespace=namespace, **selectors)
             found = [as_dict(item) async for item in listing]
         except ApiError as error:
             if error.status.code != 404:
@@ -316,7 +300,6 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     async def start(self) -> None:
         """Start the watches (once) and wait until each has listed its scope once."""
         if not self._tasks:
-            assert self.client is not None, "configure() first"
             exact = self.scope and not any(ch in ns for ns in self.scope for ch in "*?[!")
             scopes: Sequence[str | None] = list(self.scope) if exact else [None]
             synced = [asyncio.Event() for _ in scopes]
@@ -332,11 +315,10 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         return not self.scope or any(fnmatch.fnmatch(namespace, p) for p in self.scope)
 
     async def _watch(self, namespace: str | None, synced: asyncio.Event) -> None:
-        assert self.client is not None
         delay = RETRY_MIN
         where = ALL_NS if namespace is None else namespace  # None would mean "the default one"
         while True:
-            client = self.client()
+            client = self.client
             try:
                 listing = client.list(self.resource, namespace=where, chunk_size=PAGE)
                 listed = set()

@@ -7,14 +7,20 @@ so it never plans with a partial view of its pods (which would look like dead ow
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from lightkube import AsyncClient
 
 from apportion.api.common import LabelSelector
 from apportion.api.pods import WorkerPod
 from apportion.controllers.caches import SelectedCache
 
-pod_cache: SelectedCache[WorkerPod] = SelectedCache("pods", "Pod", "", WorkerPod.from_body)
-"""namespace → facts of the pods some daemon wants."""
+
+def pod_cache(
+    client: AsyncClient, notify: Callable[[str], None], scope: Sequence[str]
+) -> SelectedCache[WorkerPod]:
+    """namespace → the pods some set wants."""
+    return SelectedCache("pods", "Pod", "", WorkerPod.from_body, client, notify, scope)
 
 
 def pods_of(index: Mapping[str, Iterable[WorkerPod]], namespace: str) -> list[WorkerPod]:

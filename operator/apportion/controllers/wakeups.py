@@ -53,7 +53,3 @@ class Wakeups:
         self._ticks.pop(key, None)
         self._events.pop(key, None)
         self._gone.discard(key)
-
-
-wakeups = Wakeups()
-"""The operator's one instance: the caches and event handlers notify, daemons wait."""

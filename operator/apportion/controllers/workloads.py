@@ -10,10 +10,11 @@ they are about to be replaced, so strategies prefer the new ones.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightkube import AsyncClient
 from pydantic import ValidationError
 
 from apportion.api.common import LabelSelector, WorkloadKind
@@ -58,20 +59,34 @@ class WorkloadFact:
         return selector if selector.match_labels or selector.match_expressions else None
 
 
-workload_caches: dict[WorkloadKind, SelectedCache[WorkloadFact]] = {
-    kind: SelectedCache(
-        plural, kind.value, "apps", lambda body, k=kind.value: WorkloadFact.from_body(k, body)
-    )
-    for kind, plural in (
-        (WorkloadKind.STATEFUL_SET, "statefulsets"),
-        (WorkloadKind.DEPLOYMENT, "deployments"),
-    )
-}
-"""Per kind: namespace → facts of the workloads some set refers to (`Want.names`)."""
+WorkloadCaches = Mapping[WorkloadKind, SelectedCache[WorkloadFact]]
 
 
-def find_workload(namespace: str, kind: WorkloadKind, name: str) -> WorkloadFact | None:
-    return next((w for w in workload_caches[kind].get(namespace, ()) if w.name == name), None)
+def workload_caches(
+    client: AsyncClient, notify: Callable[[str], None], scope: Sequence[str]
+) -> WorkloadCaches:
+    """Per kind: namespace → the workloads some set refers to (`Want.names`)."""
+    return {
+        kind: SelectedCache(
+            plural,
+            kind.value,
+            "apps",
+            lambda body, k=kind.value: WorkloadFact.from_body(k, body),
+            client,
+            notify,
+            scope,
+        )
+        for kind, plural in (
+            (WorkloadKind.STATEFUL_SET, "statefulsets"),
+            (WorkloadKind.DEPLOYMENT, "deployments"),
+        )
+    }
+
+
+def find_workload(
+    caches: WorkloadCaches, namespace: str, kind: WorkloadKind, name: str
+) -> WorkloadFact | None:
+    return next((w for w in caches[kind].get(namespace, ()) if w.name == name), None)
 
 
 def rollout_of(workload: WorkloadFact | None, members: Sequence[WorkerPod]) -> Rollout:

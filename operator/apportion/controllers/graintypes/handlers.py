@@ -1,7 +1,8 @@
-"""GrainType handlers: one publishing daemon per GrainType (`graintypes.loop`), woken by changes
-of the GrainType and of the pods it selects, and an index of which grain types each
-GrainType claims (for the conflict check). No change handlers: the daemon is level-triggered and
-writes status itself, so kopf keeps no bookkeeping annotations on GrainTypes."""
+"""GrainType handlers: one publishing daemon per GrainType (`GrainTypeLoop` in the shared
+`runtime.run_loop`), woken by changes of the GrainType and of the pods it selects, and an index
+of which grain types each GrainType claims (for the conflict check). No change handlers: the
+daemon is level-triggered and writes status itself, so kopf keeps no bookkeeping annotations on
+GrainTypes."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import kopf
 
 from apportion.api import GrainType
 from apportion.controllers.graintypes.loop import GrainTypeLoop
-from apportion.controllers.wakeups import set_key, wakeups
+from apportion.controllers.runtime import run_loop
+from apportion.controllers.wakeups import set_key
 
 RESOURCE = (GrainType.group, GrainType.version, GrainType.crd.plural)
 
@@ -26,12 +28,14 @@ def apportion_graintypes(
 
 
 @kopf.on.event(*RESOURCE, id="wake")
-async def graintype_changed(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
+async def graintype_changed(
+    event: kopf.RawEvent, namespace: str, name: str, memo: Any, **_: Any
+) -> None:
     key = set_key("GrainType", namespace, name)
     if event.get("type") == "DELETED":
-        wakeups.gone(key)
+        memo.runtime.wakeups.gone(key)
     else:
-        wakeups.notify(key)
+        memo.runtime.wakeups.notify(key)
 
 
 # A pass in flight is cancelled after the backoff, which is safe: the table write is
@@ -42,7 +46,8 @@ async def publish(
     logger: logging.Logger,
     stopped: kopf.DaemonStopped,
     apportion_graintypes: kopf.Index[str, Any],
+    memo: Any,
     **_: Any,
 ) -> None:
     indexes = {"apportion_graintypes": apportion_graintypes}
-    await GrainTypeLoop(body, indexes, logger).run(stopped)
+    await run_loop(memo.runtime, GrainTypeLoop(body, indexes, logger, memo.runtime), stopped)

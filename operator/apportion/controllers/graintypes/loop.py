@@ -34,16 +34,12 @@ from apportion.controllers.graintypes.document import (
     problems,
 )
 from apportion.controllers.graintypes.gate import PublishGate
-from apportion.controllers.pods import pod_cache, pods_of, select
-from apportion.controllers.unitsets.loop import writers
-from apportion.controllers.wakeups import set_key, wakeups
-from apportion.publishing.client import api
-from apportion.publishing.configmaps import PublishConflict
+from apportion.controllers.pods import pods_of, select
+from apportion.controllers.runtime import Runtime
+from apportion.controllers.wakeups import set_key
 from apportion.publishing.placement_table import PlacementTableStore
 from apportion.publishing.status import patch_status
 
-RETRY_SECONDS = 2.0
-"""Pause after a failed pass (API unreachable, a write rejected) before trying again."""
 RESYNC_SECONDS = 300.0
 """A pass at least this often for an invalid spec (a valid one passes every publish.interval)."""
 
@@ -56,10 +52,12 @@ class GrainTypeLoop:
         body: kopf.Body,
         indexes: Mapping[str, Any],
         logger: logging.Logger | logging.LoggerAdapter[Any],
+        runtime: Runtime,
         *,
         clock: Any = time.monotonic,
     ) -> None:
         meta = body["metadata"]
+        self.runtime = runtime
         self.body = body
         self.indexes = indexes
         self.logger = logger
@@ -68,7 +66,7 @@ class GrainTypeLoop:
         self.name: str = meta["name"]
         self.key = set_key("GrainType", self.namespace, self.name)
         self.ref = ResourceRef("GrainType", self.namespace, self.name, meta["uid"])
-        self.store = PlacementTableStore(api(), self.namespace, self.name)
+        self.store = PlacementTableStore(runtime.client, self.namespace, self.name)
         self.gate: PublishGate | None = None
         self.last_publish: str | None = None
         self.status: dict[str, Any] | None = None
@@ -77,39 +75,14 @@ class GrainTypeLoop:
         self.labels = ("GrainType", self.namespace, self.name)
         self.outcome = "unchanged"
 
-    async def run(self, stopped: kopf.DaemonStopped) -> None:
-        resumed = False
-        try:
-            while not stopped and not wakeups.is_gone(self.key):
-                seen = wakeups.tick(self.key)
-                started = time.perf_counter()
-                try:
-                    timeout = await self.reconcile()
-                    self.count_pass(self.outcome, started)
-                    if not resumed:
-                        # Says when a restarted operator has caught up with what is published.
-                        resumed = True
-                        self.logger.info("First pass over GrainType %s done", self.name)
-                except PublishConflict as conflict:
-                    self.count_pass("conflict", started, "Conflict")
-                    self.logger.info("%s; reloading the published table", conflict)
-                    self.gate = None
-                    continue
-                except Exception as error:
-                    self.count_pass("failed", started, telemetry.error_reason(error))
-                    self.logger.exception("Publishing pass failed; retrying")
-                    timeout = RETRY_SECONDS
-                await wakeups.wait(self.key, seen, timeout)
-        finally:
-            pod_cache.forget(self.key, self.namespace)
-            wakeups.forget(self.key)
-            telemetry.forget_set(self.labels)
+    def forget(self) -> None:
+        self.gate = None
 
-    def count_pass(self, result: str, started: float, api_error: str | None = None) -> None:
-        telemetry.PASSES.labels(*self.labels, result).inc()
-        telemetry.PASS_DURATION.labels(*self.labels).observe(time.perf_counter() - started)
-        if api_error is not None:
-            telemetry.API_ERRORS.labels(*self.labels, api_error).inc()
+    async def failed(self, error: BaseException, retry_in: float) -> None:
+        """The log says it; the status keeps the last pass's conditions until one succeeds."""
+
+    def finish(self, deleted: bool) -> None:
+        """Nothing to undo: the table goes with the GrainType through its owner reference."""
 
     def parse(self) -> GrainType | ValidationError:
         try:
@@ -126,6 +99,10 @@ class GrainTypeLoop:
         return PublishGate(published, version_floor=floor)
 
     async def reconcile(self) -> float:
+        """One pass; returns when (Unix seconds) the next is due although nothing changes."""
+        return time.time() + await self.publish()
+
+    async def publish(self) -> float:
         """One pass; returns the seconds until the next one is due although nothing changes."""
         wall = datetime.now(UTC)
         self.outcome = "unchanged"
@@ -142,10 +119,10 @@ class GrainTypeLoop:
         if self.gate is None:
             self.gate = await self.resume()
         gate = self.gate
-        await pod_cache.want(self.key, Want(self.namespace, (spec.selector,)))
-        selected = select(pods_of(pod_cache, self.namespace), spec.selector)
+        await self.runtime.pods.want(self.key, Want(self.namespace, (spec.selector,)))
+        selected = select(pods_of(self.runtime.pods, self.namespace), spec.selector)
         members = [pod for pod in selected if is_compatible(pod)]
-        report = await writers().metrics.member_stats(
+        report = await self.runtime.metrics.member_stats(
             self.namespace,
             members,
             spec.metrics,
@@ -219,10 +196,10 @@ class GrainTypeLoop:
         """Status (when it changed) and a Warning Event for each problem as it appears."""
         for problem in found:
             if problem.reason not in self.reported:
-                writers().events.post(
+                self.runtime.events.post(
                     self.ref, "Warning", problem.reason, "Publish", problem.message
                 )
         self.reported = {p.reason for p in found}
         if status != self.status:
-            await patch_status(api(), "GrainType", self.namespace, self.name, status)
+            await patch_status(self.runtime.client, "GrainType", self.namespace, self.name, status)
             self.status = status

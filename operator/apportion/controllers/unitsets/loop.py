@@ -11,14 +11,12 @@ published table and continues from its epoch.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any
 
 import kopf
 from pydantic import ValidationError
@@ -34,12 +32,12 @@ from apportion.api.conditions import (
 from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
 from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
-from apportion.controllers import caches, telemetry
+from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
-from apportion.controllers.load_collector import MetricsCollector
-from apportion.controllers.pods import pod_cache, pods_of, select
-from apportion.controllers.wakeups import set_key, wakeups
-from apportion.controllers.workloads import find_workload, rollout_of, workload_caches
+from apportion.controllers.pods import pods_of, select
+from apportion.controllers.runtime import Runtime
+from apportion.controllers.wakeups import set_key
+from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason, recover
 from apportion.engine.set_pass import (
     PassInput,
@@ -53,15 +51,9 @@ from apportion.engine.set_pass import (
     suspensions,
     unit_set_status,
 )
-from apportion.publishing.client import api, close
 from apportion.publishing.configmaps import (
-    PART_LABEL,
-    SET_KIND_LABEL,
     AssignmentStore,
-    PublishConflict,
 )
-from apportion.publishing.deletion_costs import DeletionCosts
-from apportion.publishing.events import EventRecorder
 from apportion.publishing.status import patch_status
 
 _ACTIONS = {Reason.ASSIGNED: "Assign", Reason.RESHARDED: "Reshard"}
@@ -71,54 +63,9 @@ _HANDOFF_OUTCOMES = {
     Reason.HANDOFF_TIMED_OUT: "timed_out",
 }
 
-RESYNC_SECONDS = 300.0
-"""A full pass at least this often, whatever the wake-ups say."""
-RETRY_SECONDS = 2.0
-"""First pause after a failed pass (API unreachable, a write rejected) or a second write
-conflict in a row; it doubles with each further one, up to RETRY_MAX_SECONDS, and resets on
-success (controller-runtime's per-item exponential back-off)."""
-RETRY_MAX_SECONDS = 300.0
 TIMEOUT_REPORT_SECONDS = 60.0
 """Degraded stays HandoffTimedOut at least this long (or one handoffTimeout) after a forced
 reassignment, so that `kubectl get` shows it."""
-
-
-class _QuietWakeups(logging.Filter):
-    """kopf logs every handler's success at INFO; for our indexers and wake-up handlers that is
-    a line per pod event. Keep those lines out of the operator's log."""
-
-    HANDLERS = ("'wake'", "'apportion_graintypes'")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.msg if isinstance(record.msg, str) else ""
-        return not (message.endswith(" succeeded.") and any(h in message for h in self.HANDLERS))
-
-
-logging.getLogger("kopf.objects").addFilter(_QuietWakeups())
-
-
-# ------------------------------------------------------------------------ process-wide writers
-
-
-@dataclass
-class Writers:
-    """What every set daemon shares: the Event poster, the deletion-cost bookkeeping and the
-    metrics collector (one scrape per pod and interval, whatever the number of sets)."""
-
-    events: EventRecorder
-    costs: DeletionCosts
-    metrics: MetricsCollector
-
-
-_writers: Writers | None = None
-
-
-def writers() -> Writers:
-    global _writers
-    if _writers is None:
-        client = api()
-        _writers = Writers(EventRecorder(client), DeletionCosts(client), MetricsCollector(client))
-    return _writers
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -132,8 +79,10 @@ class SetLoop:
         kind: type[Resource],
         body: kopf.Body,
         logger: logging.Logger | logging.LoggerAdapter[Any],
+        runtime: Runtime,
     ) -> None:
         meta = body["metadata"]
+        self.runtime = runtime
         self.kind = kind
         self.body = body
         self.logger = logger
@@ -141,9 +90,8 @@ class SetLoop:
         self.key = set_key(kind.__name__, self.namespace, meta["name"])
         self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
-        self.store = AssignmentStore(api(), self.set_ref, self.config_map)
-        _roots[(self.namespace, self.config_map)] = self.key
-        self.writers = writers()
+        self.store = AssignmentStore(runtime.client, self.set_ref, self.config_map)
+        runtime.tables.roots[(self.namespace, self.config_map)] = self.key
         self.labels = (kind.__name__, self.namespace, meta["name"])
         self.outcome = "unchanged"
         self.published: AssignmentTable | None = None
@@ -153,8 +101,6 @@ class SetLoop:
         self.remembered: AssignmentTable | None = None
         self.fence_until: float | None = None
         self.fence_problem: Problem | None = None
-        self.failures = 0
-        self.conflicts = 0
         status = body.get("status") or {}
         self.reserved_in_status = int(status.get("reservedEpoch") or 0)
         # A fence outlives the operator that raised it: a successor holds it just as long.
@@ -177,63 +123,29 @@ class SetLoop:
         self.desired_members: int | None = None
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
-        self.resync_at = 0.0
         self._parsed: tuple[int, Resource | ValidationError] | None = None
 
     @property
     def set_key(self) -> str:
         return f"{self.set_ref.kind}/{self.set_ref.name}"
 
-    async def run(self, stopped: kopf.DaemonStopped) -> None:
-        halt = asyncio.ensure_future(stopped.wait())
-        try:
-            while not stopped and not wakeups.is_gone(self.key):
-                seen = wakeups.tick(self.key)
-                self.outcome = "unchanged"
-                started = time.perf_counter()
-                try:
-                    wake_at = await self.reconcile()
-                    self.failures = self.conflicts = 0
-                    self.count_pass(self.outcome, started)
-                except PublishConflict as conflict:
-                    self.count_pass("conflict", started, "Conflict")
-                    self.logger.info("%s; reloading the published assignment", conflict)
-                    self.published = None
-                    self.conflicts += 1
-                    if self.conflicts == 1:
-                        continue  # another writer was first: decide again at once
-                    wake_at = time.time() + backoff(self.conflicts - 1)
-                except Exception as error:
-                    self.count_pass("failed", started, telemetry.error_reason(error))
-                    self.logger.exception("Placement pass failed; retrying")
-                    self.fingerprint = None
-                    self.failures += 1
-                    delay = backoff(self.failures)
-                    wake_at = time.time() + delay
-                    await self.report_failure(f"{error or type(error).__name__}", delay)
-                now = time.time()
-                timeout = min(self.resync_at, wake_at or math.inf) - now
-                if timeout > 0:
-                    wake = asyncio.ensure_future(wakeups.wait(self.key, seen, timeout))
-                    await asyncio.wait({wake, halt}, return_when=asyncio.FIRST_COMPLETED)
-                    wake.cancel()
-        finally:
-            halt.cancel()
-            deleted = stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED
-            if deleted or wakeups.is_gone(self.key):
-                self.release_pods()
-            for cache in (pod_cache, *workload_caches.values()):
-                cache.forget(self.key, self.namespace)
-            wakeups.forget(self.key)
-            _roots.pop((self.namespace, self.config_map), None)
-            # Paused (a standby now), stopped or deleted: this replica no longer speaks for it.
-            telemetry.forget_set(self.labels)
+    async def write_status(self, status: Mapping[str, Any]) -> None:
+        await patch_status(
+            self.runtime.client, self.set_ref.kind, self.namespace, self.set_ref.name, status
+        )
 
-    def count_pass(self, result: str, started: float, api_error: str | None = None) -> None:
-        telemetry.PASSES.labels(*self.labels, result).inc()
-        telemetry.PASS_DURATION.labels(*self.labels).observe(time.perf_counter() - started)
-        if api_error is not None:
-            telemetry.API_ERRORS.labels(*self.labels, api_error).inc()
+    def forget(self) -> None:
+        self.published = None
+        self.fingerprint = None
+
+    async def failed(self, error: BaseException, retry_in: float) -> None:
+        self.fingerprint = None
+        await self.report_failure(f"{error or type(error).__name__}", retry_in)
+
+    def finish(self, deleted: bool) -> None:
+        if deleted:
+            self.release_pods()
+        self.runtime.tables.roots.pop((self.namespace, self.config_map), None)
 
     async def load(self, spec: UnitSetSpec, now: float) -> None:
         """Continue from the published table, or repair it first when it is gone, unreadable,
@@ -267,7 +179,7 @@ class SetLoop:
             self.logger.debug("Continuing from epoch %d", self.published.epoch)
             return
         self.logger.warning("Repairing the assignment: %s", repair.message)
-        self.writers.events.post(
+        self.runtime.events.post(
             self.set_ref, "Warning", repair.damage.value, "Repair", repair.message
         )
         if repair.fenced:
@@ -283,11 +195,7 @@ class SetLoop:
         always names an epoch at or above every table ever written, and a fence its end."""
         if table.epoch > self.reserved_in_status or self.fence_until is not None:
             fence = None if self.fence_until is None else _timestamp(self.fence_until)
-            await patch_status(
-                api(),
-                self.set_ref.kind,
-                self.namespace,
-                self.set_ref.name,
+            await self.write_status(
                 {"reservedEpoch": max(table.epoch, self.reserved_in_status), "fencedUntil": fence},
             )
             self.reserved_in_status = max(table.epoch, self.reserved_in_status)
@@ -331,21 +239,19 @@ class SetLoop:
     async def reconcile(self) -> float | None:
         """One pass; returns when the next one is due although nothing changes."""
         now = time.time()
-        if now >= self.resync_at:
-            self.resync_at, self.fingerprint = now + RESYNC_SECONDS, None
         parsed = self.parse()
         if isinstance(parsed, ValidationError):
             await self.report_invalid(f"spec rejected by the operator: {parsed.errors()[0]['msg']}")
             return None
         spec: UnitSetSpec = parsed.spec  # type: ignore[attr-defined]
-        if table_changed(self.key, self.store.version):
+        if self.runtime.tables.changed(self.key, self.store.version):
             self.published = None  # someone else wrote or deleted it: read it back
         if self.published is None:
             await self.load(spec, now)
         assert self.published is not None
 
         await self.watch(spec)
-        everyone = pods_of(pod_cache, self.namespace)
+        everyone = pods_of(self.runtime.pods, self.namespace)
         members, rollout, problem = self.members(spec, everyone)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         ack = self.set_ref.ack_annotation
@@ -448,7 +354,7 @@ class SetLoop:
         if spec.metrics.scrape is None or not members:
             self.loads_missing_since = None
             return None, MetricsSource.COUNTS, None
-        report = await self.writers.metrics.unit_loads(
+        report = await self.runtime.metrics.unit_loads(
             self.namespace, self.set_ref.name, members, spec.metrics
         )
         if report.unit_loads is None:
@@ -473,13 +379,13 @@ class SetLoop:
         ref = spec.workload_ref
         if ref is not None:
             wanted = Want(self.namespace, names=frozenset({ref.name}))
-            await workload_caches[ref.kind].want(self.key, wanted)
-            workload = find_workload(self.namespace, ref.kind, ref.name)
+            await self.runtime.workloads[ref.kind].want(self.key, wanted)
+            workload = find_workload(self.runtime.workloads, self.namespace, ref.kind, ref.name)
             selector = workload.label_selector() if workload is not None else None
             # Without the workload's selector nothing is selected (see `members`).
             selectors = [*selectors, selector] if selector is not None else []
         owners = frozenset(name for name, units in self.published.by_member().items() if units)
-        await pod_cache.want(self.key, Want(self.namespace, tuple(selectors), owners))
+        await self.runtime.pods.want(self.key, Want(self.namespace, tuple(selectors), owners))
 
     def members(
         self, spec: UnitSetSpec, everyone: Sequence[WorkerPod]
@@ -489,7 +395,7 @@ class SetLoop:
             members = select(everyone, spec.selector)
             return members, rollout_of(None, members), None
         ref = spec.workload_ref
-        workload = find_workload(self.namespace, ref.kind, ref.name)
+        workload = find_workload(self.runtime.workloads, self.namespace, ref.kind, ref.name)
         selector = workload.label_selector() if workload is not None else None
         if workload is None or selector is None:
             what = "does not exist" if workload is None else "has no usable selector"
@@ -526,7 +432,7 @@ class SetLoop:
                         duration.observe(max(0.0, now - releases[unit].since))
         if result.round_started:
             self.last_round = now
-        events = self.writers.events
+        events = self.runtime.events
         if result.summary:
             events.post(self.set_ref, "Normal", "Rebalancing", "Rebalance", result.summary)
         for decision in result.decision.events:
@@ -575,10 +481,10 @@ class SetLoop:
             )
         status = {"observedGeneration": self.generation, "conditions": dump_conditions(conditions)}
         if reason not in self.reported:
-            self.writers.events.post(self.set_ref, "Warning", reason, "Place", message)
+            self.runtime.events.post(self.set_ref, "Warning", reason, "Place", message)
             self.reported = {reason}
         if status != self.status:
-            await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
+            await self.write_status(status)
             self.status = status
 
     def kind_spec_interval(self) -> float:
@@ -623,13 +529,13 @@ class SetLoop:
         current = {p.reason: p for p in [*result.problems, *problems]}
         for reason in current.keys() - self.reported:
             if reason != "HandoffTimedOut":  # its hand-off Event already said it
-                self.writers.events.post(
+                self.runtime.events.post(
                     self.set_ref, "Warning", reason, "Place", current[reason].message
                 )
         self.reported = set(current)
         self.report_suspensions(pods)
         if status != self.status:
-            await patch_status(api(), self.set_ref.kind, self.namespace, self.set_ref.name, status)
+            await self.write_status(status)
             self.status = status
         self.record_status(status, result, pods, loads)
 
@@ -643,7 +549,7 @@ class SetLoop:
             self.suspensions_seen = counts if counted == sum(counts.values()) else {}
         seen = self.suspensions_seen
         for message in suspension_news(told, seen):
-            self.writers.events.post(self.set_ref, "Warning", "ServingSuspended", "Serve", message)
+            self.runtime.events.post(self.set_ref, "Warning", "ServingSuspended", "Serve", message)
         new = sum(max(0, count - seen.get(uid, 0)) for uid, count in counts.items())
         if new:
             telemetry.SERVING_SUSPENSIONS.labels(*self.labels).inc(new)
@@ -694,7 +600,7 @@ class SetLoop:
         holdings: dict[str, int] = {}
         for member, units in self.published.by_member().items():
             holdings[uids[member]] = len(units)
-        costs = self.writers.costs
+        costs = self.runtime.costs
         pods = {
             pod.uid: (pod.name, pod.deletion_cost)
             for pod in everyone
@@ -705,11 +611,11 @@ class SetLoop:
 
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
-        everyone = pods_of(pod_cache, self.namespace)
+        everyone = pods_of(self.runtime.pods, self.namespace)
         pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
-        self.writers.costs.update(self.namespace, self.set_key, {}, pods)
-        self.writers.costs.forget_set(self.namespace, self.set_key)
-        self.writers.metrics.forget(self.namespace, self.set_ref.name)
+        self.runtime.costs.update(self.namespace, self.set_key, {}, pods)
+        self.runtime.costs.forget_set(self.namespace, self.set_key)
+        self.runtime.metrics.forget(self.namespace, self.set_ref.name)
 
 
 def _timed_out_from(status: Mapping[str, Any]) -> tuple[float, Problem] | None:
@@ -736,88 +642,6 @@ def _seconds(timestamp: str | None) -> float | None:
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
 
 
-# --------------------------------------------------------------------------- registration
-
-
-def register(kind: type[Resource]) -> None:
-    """Run the placement daemon for every object of `kind` (PartitionSet or ShardSet)."""
-    resource = (kind.group, kind.version, kind.crd.plural)
-
-    async def place(
-        body: kopf.Body, logger: logging.Logger, stopped: kopf.DaemonStopped, **_: Any
-    ) -> None:
-        await SetLoop(kind, body, logger).run(stopped)
-
-    async def changed(event: kopf.RawEvent, namespace: str, name: str, **_: Any) -> None:
-        key = set_key(kind.__name__, namespace, name)
-        if event.get("type") == "DELETED":
-            wakeups.gone(key)
-        else:
-            wakeups.notify(key)
-
-    # The daemon checks `stopped` between passes; a pass in flight is cancelled after the
-    # backoff, which is safe: every write is conditional and the next daemon reloads.
-    kopf.daemon(*resource, id="placement", cancellation_backoff=1.0, cancellation_timeout=10.0)(
-        place
-    )
-    kopf.on.event(*resource, id="wake")(changed)
-
-
-# ------------------------------------------------------------------------- its own ConfigMaps
-
-_REREAD: Final = "reread"
-_roots: dict[tuple[str, str], str] = {}
-"""(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels and
-owner reference the operator wrote, its name is what identifies it."""
-_table_versions: dict[str, str | None] = {}
-"""set key → resourceVersion of its root ConfigMap as last seen by the watch (None: deleted,
-_REREAD: a chunk was deleted), until the set's daemon takes it."""
-
-
-def table_changed(key: str, version: str | None) -> bool:
-    """Whether the set's ConfigMaps changed since the daemon read or wrote `version` (its own
-    writes come back through the watch with the version it already holds)."""
-    if key not in _table_versions:
-        return False
-    seen = _table_versions.pop(key)
-    return seen != version
-
-
-@kopf.on.event("", "v1", "configmaps", labels={SET_KIND_LABEL: kopf.PRESENT})
-async def assignment_changed(event: kopf.RawEvent, body: kopf.Body, **_: Any) -> None:
-    """A set's table deleted, edited or replaced by anyone wakes the set, which reads it back
-    and repairs it if needed: the operator does not wait for an unrelated event."""
-    meta = body.get("metadata") or {}
-    namespace = meta.get("namespace", "")
-    deleted = event.get("type") == "DELETED"
-    version: str | None
-    if (meta.get("labels") or {}).get(PART_LABEL) == "chunk":
-        owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
-        if not deleted or owner is None:
-            return  # chunks are written before their root, which announces them
-        key = set_key(owner["kind"], namespace, owner["name"])
-        version = _REREAD
-    else:
-        found = _roots.get((namespace, meta.get("name", "")))
-        if found is None:
-            return
-        key = found
-        version = None if deleted else meta.get("resourceVersion")
-    _table_versions[key] = version
-    wakeups.notify(key)
-
-
-@kopf.on.cleanup()
-async def close_writers(**_: Any) -> None:
-    await caches.stop()
-    if _writers is not None:
-        await _writers.events.flush()
-        await _writers.events.close()
-        await _writers.metrics.close()
-        await _writers.costs.close()
-    await close()
-
-
 LOADS_GRACE_MIN = 30.0
 """Seconds new workers get to start serving and reporting, however short the scrape interval."""
 
@@ -828,9 +652,3 @@ def loads_grace(scrape: ScrapeSpec) -> float:
     return max(
         LOADS_GRACE_MIN, 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()
     )
-
-
-def backoff(failures: int) -> float:
-    """Seconds to wait after the `failures`-th failure in a row: doubling from RETRY_SECONDS
-    to RETRY_MAX_SECONDS."""
-    return min(RETRY_MAX_SECONDS, RETRY_SECONDS * 2 ** max(0, failures - 1))

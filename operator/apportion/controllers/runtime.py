@@ -1,0 +1,249 @@
+"""The operator's runtime: what every controller of one process shares (`Runtime`), and the one
+loop both kinds run (`run_loop`), with controller-runtime's work-queue rate limiting.
+
+One `Runtime` per operator process owns the API client, the caches of selected pods and
+workloads, the wake-ups, the Event recorder, the deletion-cost writer, the load collector and the
+watch on the sets' own tables. `apportion operator` creates it and hands it to every kopf handler
+as `memo.runtime` (kopf's public per-operator memo), so nothing lives in module globals and a
+test builds a runtime of its own.
+
+`run_loop` is level-triggered: a pass, then a wait until something the object reads changes, the
+pass's own wake-up time comes, or the resync period ends. Failed passes are retried with a
+per-object exponential back-off (2 s doubling to 5 min, reset by a success: client-go's
+`ItemExponentialFailureRateLimiter`); a write conflict is retried at once the first time (another
+writer was first: decide again), then backs off too. Passes of all objects together are held to a
+token bucket (`PassLimiter`: client-go's `BucketRateLimiter`, 10 per second, bursts of 100), so a
+flood of events costs the API server a bounded rate of writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from lightkube import AsyncClient
+
+from apportion.api.pods import WorkerPod
+from apportion.controllers import telemetry
+from apportion.controllers.caches import SelectedCache
+from apportion.controllers.load_collector import MetricsCollector
+from apportion.controllers.pods import pod_cache
+from apportion.controllers.wakeups import Wakeups
+from apportion.controllers.workloads import WorkloadCaches, workload_caches
+from apportion.publishing.client import operator_client
+from apportion.publishing.configmaps import PublishConflict
+from apportion.publishing.deletion_costs import DeletionCosts
+from apportion.publishing.events import EventRecorder
+
+RESYNC_SECONDS = 300.0
+"""A full pass at least this often, whatever the wake-ups say."""
+RETRY_SECONDS = 2.0
+"""First pause after a failed pass or a second write conflict in a row."""
+RETRY_MAX_SECONDS = 300.0
+PASSES_PER_SECOND = 10.0
+PASS_BURST = 100
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait after the `failures`-th failure in a row: doubling from RETRY_SECONDS
+    to RETRY_MAX_SECONDS."""
+    return min(RETRY_MAX_SECONDS, RETRY_SECONDS * 2.0 ** max(0, failures - 1))
+
+
+class PassLimiter:
+    """A token bucket over every object's passes (client-go's `BucketRateLimiter`)."""
+
+    def __init__(
+        self,
+        rate: float = PASSES_PER_SECOND,
+        burst: int = PASS_BURST,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate, self.burst, self.clock = rate, burst, clock
+        self.tokens = float(burst)
+        self.updated = clock()
+
+    def delay(self) -> float:
+        """Take a token; the seconds to wait before using it (0 while the bucket holds any)."""
+        now = self.clock()
+        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        self.updated = now
+        self.tokens -= 1
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
+    async def acquire(self) -> None:
+        wait = self.delay()
+        if wait > 0:
+            await asyncio.sleep(wait)
+
+
+TABLE_REREAD: Final = "reread"
+
+
+@dataclass
+class OwnTables:
+    """What the watch on the sets' own ConfigMaps saw, until each set's loop takes it: a table
+    deleted, edited or replaced by anyone wakes its set, which reads it back and repairs it."""
+
+    roots: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels
+    and owner reference the operator wrote, its name is what identifies it."""
+    versions: dict[str, str | None] = field(default_factory=dict)
+    """set key → resourceVersion of its root ConfigMap as last seen (None: deleted,
+    TABLE_REREAD: a chunk was deleted)."""
+
+    def changed(self, key: str, version: str | None) -> bool:
+        """Whether the set's ConfigMaps changed since its loop read or wrote `version` (its own
+        writes come back through the watch with the version it already holds)."""
+        if key not in self.versions:
+            return False
+        return self.versions.pop(key) != version
+
+
+@dataclass
+class Runtime:
+    """What every controller of one operator process shares."""
+
+    client: AsyncClient
+    wakeups: Wakeups
+    pods: SelectedCache[WorkerPod]
+    workloads: WorkloadCaches
+    events: EventRecorder
+    costs: DeletionCosts
+    metrics: MetricsCollector
+    limiter: PassLimiter
+    tables: OwnTables
+
+    @classmethod
+    def create(cls, scope: Sequence[str] = (), client: AsyncClient | None = None) -> Runtime:
+        """`scope`: the namespaces the operator serves (patterns allowed; none for every one)."""
+        client = client or operator_client()
+        wakeups = Wakeups()
+        return cls(
+            client=client,
+            wakeups=wakeups,
+            pods=pod_cache(client, wakeups.notify, scope),
+            workloads=workload_caches(client, wakeups.notify, scope),
+            events=EventRecorder(client),
+            costs=DeletionCosts(client),
+            metrics=MetricsCollector(client),
+            limiter=PassLimiter(),
+            tables=OwnTables(),
+        )
+
+    def caches(self) -> tuple[SelectedCache[Any], ...]:
+        return (self.pods, *self.workloads.values())
+
+    async def close(self) -> None:
+        for cache in self.caches():
+            await cache.stop()
+        await self.events.flush()
+        await self.events.close()
+        await self.metrics.close()
+        await self.costs.close()
+        await self.client.close()
+
+
+class Reconciler(Protocol):
+    """One object's controller, as `run_loop` drives it."""
+
+    key: str
+    """The object's wake-up key (`wakeups.set_key`)."""
+    labels: tuple[str, str, str]
+    """kind, namespace, name: the labels of its series in the operator's metrics."""
+    outcome: str
+    """What the last pass did ("unchanged", "published"), for the passes counter."""
+    logger: logging.Logger | logging.LoggerAdapter[Any]
+
+    async def reconcile(self) -> float | None:
+        """One pass; returns when (Unix seconds) the next is due although nothing changes."""
+
+    def forget(self) -> None:
+        """Forget what was read (a conditional write lost, or the resync period ended): the next
+        pass reads the published state again."""
+
+    async def failed(self, error: BaseException, retry_in: float) -> None:
+        """A pass failed: say so where users look (status, Event), best effort."""
+
+    def finish(self, deleted: bool) -> None:
+        """The loop ends; `deleted`: because its object is gone."""
+
+
+class Stopping(Protocol):
+    """When to stop: kopf's `DaemonStopped`, or an asyncio.Event in tests."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self) -> Awaitable[Any]: ...
+
+
+async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: Stopping) -> None:
+    """Pass after pass until `stopped` is set or the object is deleted."""
+    wakeups, key = runtime.wakeups, reconciler.key
+    failures = conflicts = 0
+    resync_at = 0.0
+    caught_up = False
+    halt = asyncio.ensure_future(stopped.wait())
+    try:
+        while not stopped.is_set() and not wakeups.is_gone(key):
+            seen = wakeups.tick(key)
+            await runtime.limiter.acquire()
+            reconciler.outcome = "unchanged"
+            started = time.perf_counter()
+            wake_at: float | None
+            try:
+                if time.time() >= resync_at:
+                    resync_at = time.time() + RESYNC_SECONDS
+                    reconciler.forget()
+                wake_at = await reconciler.reconcile()
+                failures = conflicts = 0
+                _count(reconciler, reconciler.outcome, started)
+                if not caught_up:
+                    # Says when a restarted operator has caught up with what is published.
+                    caught_up = True
+                    reconciler.logger.info("First pass over %s done", key)
+            except PublishConflict as conflict:
+                _count(reconciler, "conflict", started, "Conflict")
+                reconciler.logger.info("%s; reading the published state again", conflict)
+                reconciler.forget()
+                conflicts += 1
+                if conflicts == 1:
+                    continue
+                wake_at = time.time() + backoff(conflicts - 1)
+            except Exception as error:
+                _count(reconciler, "failed", started, telemetry.error_reason(error))
+                reconciler.logger.exception("Pass failed; retrying")
+                failures += 1
+                delay = backoff(failures)
+                wake_at = time.time() + delay
+                await reconciler.failed(error, delay)
+            timeout = min(resync_at, wake_at if wake_at is not None else math.inf) - time.time()
+            if timeout > 0:
+                wake = asyncio.ensure_future(wakeups.wait(key, seen, timeout))
+                await asyncio.wait({wake, halt}, return_when=asyncio.FIRST_COMPLETED)
+                wake.cancel()
+    finally:
+        halt.cancel()
+        deleted = wakeups.is_gone(key)
+        with contextlib.suppress(Exception):
+            reconciler.finish(deleted)
+        for cache in runtime.caches():
+            cache.forget(key, reconciler.labels[1])
+        wakeups.forget(key)
+        # Stopped, paused or deleted: this replica no longer speaks for the object.
+        telemetry.forget_set(reconciler.labels)
+
+
+def _count(
+    reconciler: Reconciler, result: str, started: float, api_error: str | None = None
+) -> None:
+    telemetry.PASSES.labels(*reconciler.labels, result).inc()
+    telemetry.PASS_DURATION.labels(*reconciler.labels).observe(time.perf_counter() - started)
+    if api_error is not None:
+        telemetry.API_ERRORS.labels(*reconciler.labels, api_error).inc()
