@@ -10,7 +10,9 @@ restart, and are deleted or replaced by a new incarnation of the same name.
 The table itself is under attack too (docs/handoff.md, "When the table is lost"): the ConfigMap
 is deleted, garbled or rolled back to any earlier table; the operator's memory of its last table
 dies with it (a restart); the status — epoch reservation, published epoch, fence — survives, but
-the published epoch may lag the table (the operator died between the two writes).
+the published epoch may lag the table (the operator died between the two writes). The
+operator's side is the code the operator runs: `engine.handoff.step` for each pass and
+`engine.set_state.SetState` for what it carries between passes (repair, reservation, fence).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 import sys
 from dataclasses import dataclass, field
 from itertools import pairwise
+from typing import Any
 
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -40,11 +43,11 @@ from apportion.engine.handoff import (
     make_ack,
     owned_units,
     plan_worker,
-    recover,
     releasing_units,
     step,
     supersedes,
 )
+from apportion.engine.set_state import SetState
 
 UNITS = ("0", "1", "2")
 NAMES = ("p0", "p1", "p2")
@@ -81,10 +84,11 @@ class HandoffModel(RuleBasedStateMachine):
         self.history = [TEMPLATE]
         # What the ConfigMap holds now: the last table written, or what someone made of it.
         self.stored: AssignmentTable | str | None = TEMPLATE
-        self.memory: AssignmentTable | None = None  # the operator's; lost when it restarts
-        self.reserved = 0  # status.reservedEpoch: written before each table
-        self.status_epoch = 0  # status.epoch: written after each table, may lag
-        self.fence_until: float | None = None  # status.fencedUntil
+        # The set's status survives everything: reservedEpoch and fencedUntil written before
+        # each table, epoch after it (it may lag). The operator's own state is the engine's
+        # SetState, lost when the operator restarts and read back from the status.
+        self.status: dict[str, Any] = {"reservedEpoch": 0, "epoch": 0, "fencedUntil": None}
+        self.state = SetState.from_status(self.status)
         # Tokens below the last fence's epoch were handed out by tables nobody remembered: a
         # process may still serve (or even acquire, from a stale table) under one until it sees
         # the fence, as after a timed-out hand-off.
@@ -106,47 +110,36 @@ class HandoffModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------------ operator
 
-    def write(self, table: AssignmentTable, status_written: bool = True) -> None:
+    def write(self, table: AssignmentTable, now: float, status_written: bool = True) -> None:
         """Reserve the epoch in the status, write the table, then report it in the status."""
         assert table.epoch > max(t.epoch for t in self.history), "an epoch used twice"
-        self.reserved = max(self.reserved, table.epoch)
+        self.status.update(self.state.reservation(table) or {})
         self.stored = table
-        self.memory = table
+        self.state.written(table, now)
         self.history.append(table)
         if status_written:
-            self.status_epoch = table.epoch
+            self.status["epoch"] = table.epoch
 
     def repair(self, now: float) -> bool:
         """The operator reads the table back; True when it had to repair it."""
         stored = self.stored
         found = stored if isinstance(stored, AssignmentTable) else None
-        fixed = recover(
-            found,
-            GARBLED if stored == GARBLED else None,
-            published=self.status_epoch,
-            reserved=self.reserved,
-            remembered=self.memory,
-            template=TEMPLATE,
-        )
+        unreadable = GARBLED if stored == GARBLED else None
+        table, fixed = self.state.resume(found, unreadable, self.status, TEMPLATE, now, TIMEOUT)
         if fixed is None:
-            if found is not None:
-                self.memory = found
             return False
         event(fixed.damage.value + (" (fenced)" if fixed.fenced else " (from memory)"))
         if fixed.fenced:
-            self.fence_until = now + TIMEOUT
-            self.fenced_below = fixed.table.epoch
-        self.write(fixed.table)
+            self.fenced_below = table.epoch
+        self.write(table, now)
         return True
 
     def operator_step(self, now: float) -> HandoffDecision | None:
         if self.repair(now):
             return None
-        if self.fence_until is not None:
-            if now < self.fence_until:
-                return None
-            self.fence_until = None
-        published = self.memory or self.latest
+        if self.state.fence(now) is not None:
+            return None
+        published = self.state.remembered or self.latest
         assert published is self.stored or published == self.stored
         live = {n: WorkerPod(n, p.uid, terminating=p.terminating) for n, p in self.pods.items()}
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
@@ -165,7 +158,7 @@ class HandoffModel(RuleBasedStateMachine):
                     old = published.units[unit]
                     assert old.owner is not None
                     self.forced.add((unit, published.member_uids[old.owner], old.epoch))
-        self.write(new, status_written=self.status_follows)
+        self.write(new, now, status_written=self.status_follows)
         return decision
 
     @initialize(
@@ -189,7 +182,7 @@ class HandoffModel(RuleBasedStateMachine):
 
     @rule()
     def operator_restarts(self) -> None:
-        self.memory = None
+        self.state = SetState.from_status(self.status)
 
     @rule(watch_fired=st.booleans())
     def table_deleted(self, watch_fired: bool) -> None:
@@ -436,8 +429,8 @@ class HandoffModel(RuleBasedStateMachine):
         self.in_flight.clear()
         decision = None
         for _ in range(6):
-            if self.fence_until is not None:
-                self.now = max(self.now, self.fence_until)
+            if self.state.fence_until is not None:
+                self.now = max(self.now, self.state.fence_until)
             for name, proc in self.procs.items():
                 self.handle(name, self.latest)
                 for unit in list(proc.finishing):

@@ -108,7 +108,7 @@ def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
 def test_a_reported_handoff_timeout_survives_a_restart() -> None:
     """The successor reads HandoffTimedOut back from the status and keeps it for its full time
     (60 s from the transition) instead of clearing it in its first pass."""
-    from apportion.controllers.unitsets.loop import TIMEOUT_REPORT_SECONDS, _timed_out_from
+    from apportion.engine.set_state import TIMEOUT_REPORT_SECONDS, SetState
 
     degraded = {
         "type": "Degraded",
@@ -117,9 +117,12 @@ def test_a_reported_handoff_timeout_survives_a_restart() -> None:
         "message": "w-1 did not release 3 unit(s) within 60s",
         "lastTransitionTime": "2026-11-24T10:00:00Z",
     }
-    until, problem = _timed_out_from({"conditions": [degraded]})
-    assert until == 1795514400.0 + TIMEOUT_REPORT_SECONDS  # 2026-11-24T10:00:00Z, by hand
+    state = SetState.from_status({"conditions": [degraded]})
+    until = 1795514400.0 + TIMEOUT_REPORT_SECONDS  # 2026-11-24T10:00:00Z, by hand
+    problem = state.timeout_problem(until - 1)
+    assert problem is not None
     assert (problem.reason, problem.message) == ("HandoffTimedOut", degraded["message"])
+    assert state.timeout_problem(until) is None
     other = {**degraded, "reason": "NoMembers"}
-    assert _timed_out_from({"conditions": [other]}) is None
-    assert _timed_out_from({}) is None
+    assert SetState.from_status({"conditions": [other]}).timeout_problem(0.0) is None
+    assert SetState.from_status({}).timeout_problem(0.0) is None

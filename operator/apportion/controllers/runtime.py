@@ -207,7 +207,8 @@ async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: Stopping) 
                 if not caught_up:
                     # Says when a restarted operator has caught up with what is published.
                     caught_up = True
-                    reconciler.logger.info("First pass over %s done", key)
+                    kind, _, name = reconciler.labels
+                    reconciler.logger.info("First pass over %s %s done", kind, name)
             except PublishConflict as conflict:
                 _count(reconciler, "conflict", started, "Conflict")
                 reconciler.logger.info("%s; reading the published state again", conflict)

@@ -15,14 +15,12 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
-from apportion.api.common import ScrapeSpec
 from apportion.api.conditions import (
     ConditionType,
     condition_time,
@@ -38,7 +36,7 @@ from apportion.controllers.pods import pods_of, select
 from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.controllers.workloads import find_workload, rollout_of
-from apportion.engine.handoff import Reason, recover
+from apportion.engine.handoff import Reason
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
@@ -51,6 +49,7 @@ from apportion.engine.set_pass import (
     suspensions,
     unit_set_status,
 )
+from apportion.engine.set_state import SetState, loads_grace, seconds
 from apportion.publishing.configmaps import (
     AssignmentStore,
 )
@@ -62,10 +61,6 @@ _HANDOFF_OUTCOMES = {
     Reason.HANDOFF_CANCELLED: "cancelled",
     Reason.HANDOFF_TIMED_OUT: "timed_out",
 }
-
-TIMEOUT_REPORT_SECONDS = 60.0
-"""Degraded stays HandoffTimedOut at least this long (or one handoffTimeout) after a forced
-reassignment, so that `kubectl get` shows it."""
 
 
 # ------------------------------------------------------------------------------------ the loop
@@ -96,30 +91,10 @@ class SetLoop:
         self.outcome = "unchanged"
         self.published: AssignmentTable | None = None
         self.exists = False  # whether the ConfigMap holds our table
-        # The last table written or read intact: what the workers serve, should the ConfigMap
-        # be lost, garbled or rolled back (docs/handoff.md, "When the table is lost").
-        self.remembered: AssignmentTable | None = None
-        self.fence_until: float | None = None
-        self.fence_problem: Problem | None = None
-        status = body.get("status") or {}
-        self.reserved_in_status = int(status.get("reservedEpoch") or 0)
-        # A fence outlives the operator that raised it: a successor holds it just as long.
-        self.fence_until = _seconds(status.get("fencedUntil"))
-        if self.fence_until is not None:
-            self.fence_problem = Problem(
-                "AssignmentFenced", "every unit stays unowned until the fence has held"
-            )
-        self.last_round = _seconds(status.get("lastRebalanceTime"))
+        self.state = SetState.from_status(body.get("status") or {})
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
-        self.timed_out = _timed_out_from(status)
-        # (unit, release epoch) → when this replica knew the release was published: a release
-        # is timed from then, never from a `since` another replica's clock wrote (the serving
-        # lease's inequality, docs/handoff.md).
-        self.releases_known: dict[tuple[str, int], float] = {}
-        self.known_loads: dict[str, float] = {}
-        self.loads_missing_since: float | None = None
         self.desired_members: int | None = None
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
@@ -147,75 +122,41 @@ class SetLoop:
             self.release_pods()
         self.runtime.tables.roots.pop((self.namespace, self.config_map), None)
 
-    async def load(self, spec: UnitSetSpec, now: float) -> None:
+    async def load(self, spec: UnitSetSpec) -> None:
         """Continue from the published table, or repair it first when it is gone, unreadable,
-        rolled back or tampered with (`engine.handoff.recover`)."""
+        rolled back or tampered with (`SetState.resume`)."""
         loaded = await self.store.load()
-        status = self.body.get("status") or {}
-        reserved = self.reserved_in_status = max(
-            self.reserved_in_status, int(status.get("reservedEpoch") or 0)
-        )
-        if not reserved:
-            # A status from before epochs were reserved: the table and the status's epoch are
-            # all that tell how far epochs went.
-            found = loaded.table.epoch if loaded.table is not None else 0
-            reserved = max(int(status.get("epoch") or 0), found)
-        template = initial_table(self.set_ref, spec, self.generation)
-        repair = recover(
+        table, repair = self.state.resume(
             loaded.table,
             loaded.unreadable,
-            published=int(status.get("epoch") or 0),
-            reserved=reserved,
-            remembered=self.remembered,
-            template=template,
+            self.body.get("status") or {},
+            template=initial_table(self.set_ref, spec, self.generation),
+            now=time.time(),  # the read came back: its releases are known from now on
+            handoff_timeout=spec.rebalance.handoff_timeout.total_seconds(),
         )
         self.fingerprint = None
         if repair is None:
-            self.published = loaded.table or template
+            self.published = table
             self.exists = loaded.table is not None
-            self.remember(self.published)
             self.record_table()
-            self.note_releases(self.published, time.time())
-            self.logger.debug("Continuing from epoch %d", self.published.epoch)
+            self.logger.debug("Continuing from epoch %d", table.epoch)
             return
         self.logger.warning("Repairing the assignment: %s", repair.message)
         self.runtime.events.post(
             self.set_ref, "Warning", repair.damage.value, "Repair", repair.message
         )
-        if repair.fenced:
-            self.fence_until = now + spec.rebalance.handoff_timeout.total_seconds()
-            self.fence_problem = Problem("AssignmentFenced", repair.message)
-        await self.write_table(repair.table)
-
-    def remember(self, table: AssignmentTable) -> None:
-        self.remembered = table
+        await self.write_table(table)
 
     async def write_table(self, table: AssignmentTable) -> None:
         """Reserve the table's epoch in the status, then write the table: the status then
         always names an epoch at or above every table ever written, and a fence its end."""
-        if table.epoch > self.reserved_in_status or self.fence_until is not None:
-            fence = None if self.fence_until is None else _timestamp(self.fence_until)
-            await self.write_status(
-                {"reservedEpoch": max(table.epoch, self.reserved_in_status), "fencedUntil": fence},
-            )
-            self.reserved_in_status = max(table.epoch, self.reserved_in_status)
+        reservation = self.state.reservation(table)
+        if reservation is not None:
+            await self.write_status(reservation)
         await self.store.publish(table)
         self.published, self.exists = table, True
-        self.remember(table)
+        self.state.written(table, time.time())
         self.record_table()
-        self.note_releases(table, time.time())
-
-    def note_releases(self, table: AssignmentTable, known_at: float) -> None:
-        """The releases of `table`, committed by `known_at` (a write returned, a read came back)."""
-        releasing = {(unit, r.epoch) for unit, r in table.releasing().items()}
-        self.releases_known = {k: v for k, v in self.releases_known.items() if k in releasing}
-        for key in releasing:
-            self.releases_known.setdefault(key, known_at)
-
-    def known_releases(self) -> dict[str, float]:
-        """unit → when its release was known; note_releases keeps the map to exactly the
-        releases of the published table (every load and write goes through it)."""
-        return {unit: known_at for (unit, _), known_at in self.releases_known.items()}
 
     def record_table(self) -> None:
         assert self.published is not None
@@ -247,7 +188,7 @@ class SetLoop:
         if self.runtime.tables.changed(self.key, self.store.version):
             self.published = None  # someone else wrote or deleted it: read it back
         if self.published is None:
-            await self.load(spec, now)
+            await self.load(spec)
         assert self.published is not None
 
         await self.watch(spec)
@@ -273,11 +214,7 @@ class SetLoop:
                 key=lambda v: v.name,
             )
         )
-        if self.fence_until is not None:
-            if now < self.fence_until:
-                problem = problem or self.fence_problem
-            else:
-                self.fence_until = self.fence_problem = None
+        problem = problem or self.state.fence(now)
         # Load figures change with every scrape: with them, plan at most once per interval.
         interval = spec.rebalance.interval.total_seconds()
         load_tick = None if loads is None else int(now // interval)
@@ -306,13 +243,13 @@ class SetLoop:
                         generation=self.generation,
                         pods=views,
                         now=now,
-                        last_round=self.last_round,
+                        last_round=self.state.last_round,
                         rollout=rollout,
                         loads=loads,
                         departed=departed,
                         desired_members=self.desired_members if spec.workload_ref else None,
-                        created=_seconds(self.body["metadata"].get("creationTimestamp")),
-                        releases_known=self.known_releases(),
+                        created=seconds(self.body["metadata"].get("creationTimestamp")),
+                        releases_known=self.state.known_releases(),
                     )
                 )
             self.count_moves(result)
@@ -335,11 +272,8 @@ class SetLoop:
         self.wake_at = result.wake_at
         if load_tick is not None:
             self.wake_at = min(self.wake_at or math.inf, (load_tick + 1) * interval)
-        if self.timed_out is not None:
-            self.wake_at = min(t for t in (self.wake_at, self.timed_out[0]) if t is not None)
-        if self.fence_until is not None:
-            self.wake_at = min(self.wake_at or math.inf, self.fence_until)
-        if self.loads_missing_since is not None:
+        self.wake_at = self.state.next_wake(self.wake_at)
+        if self.state.loads_missing_since is not None:
             # Scrapes run when a pass asks for figures: until the workers report, pass once a
             # scrape interval, so the figures are fresh when they come and the grace is kept.
             assert spec.metrics.scrape is not None
@@ -352,24 +286,17 @@ class SetLoop:
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
         if spec.metrics.scrape is None or not members:
-            self.loads_missing_since = None
+            self.state.no_loads_wanted()
             return None, MetricsSource.COUNTS, None
         report = await self.runtime.metrics.unit_loads(
             self.namespace, self.set_ref.name, members, spec.metrics
         )
-        if report.unit_loads is None:
-            self.known_loads.clear()
-            # Workers report a unit's load once they serve it: while the first table is new,
-            # none may have yet. Counting units meanwhile is no fault; only an absence that
-            # outlasts `loads_grace` is (Prometheus' `for:` on an alert, in effect).
-            since = self.loads_missing_since = self.loads_missing_since or now
-            if now < since + loads_grace(spec.metrics.scrape):
-                return None, MetricsSource.COUNTS, None
+        loads, fault = self.state.loads(report.unit_loads, now, loads_grace(spec.metrics.scrape))
+        if loads is None and not fault:
+            return None, MetricsSource.COUNTS, None  # counting units meanwhile is no fault
+        if loads is None:
             return None, report.source, Problem("MetricsUnavailable", report.message)
-        self.loads_missing_since = None
-        # A unit in hand-off is reported by nobody for a moment; its load did not vanish.
-        self.known_loads.update(report.unit_loads)
-        return dict(self.known_loads), report.source, None
+        return loads, report.source, None
 
     async def watch(self, spec: UnitSetSpec) -> None:
         """Tell the caches what this set reads: its workload, the pods its selectors select and
@@ -431,7 +358,7 @@ class SetLoop:
                     if unit in releases:
                         duration.observe(max(0.0, now - releases[unit].since))
         if result.round_started:
-            self.last_round = now
+            self.state.last_round = now
         events = self.runtime.events
         if result.summary:
             events.post(self.set_ref, "Normal", "Rebalancing", "Rebalance", result.summary)
@@ -442,8 +369,7 @@ class SetLoop:
             )
             if decision.reason is Reason.HANDOFF_TIMED_OUT:
                 timeout = self.kind_spec_timeout()
-                until = now + max(TIMEOUT_REPORT_SECONDS, timeout)
-                self.timed_out = (until, Problem("HandoffTimedOut", decision.message()))
+                self.state.hand_off_timed_out(now, decision.message(), timeout)
         self.logger.info(
             "Published epoch %d: %s",
             table.epoch,
@@ -507,9 +433,8 @@ class SetLoop:
     ) -> None:
         """Status (when it changed) and a Warning Event for each problem as it appears."""
         assert self.published is not None
-        if self.timed_out is not None and now >= self.timed_out[0]:
-            self.timed_out = None
-        problems = [*extra, *([self.timed_out[1]] if self.timed_out else [])]
+        timed_out = self.state.timeout_problem(now)
+        problems = [*extra, *([timed_out] if timed_out else [])]
         previous = (self.status or self.body.get("status") or {}).get("conditions") or ()
         status = unit_set_status(
             StatusInput(
@@ -520,7 +445,7 @@ class SetLoop:
                 config_map=self.config_map if self.exists else None,
                 now=now,
                 conditions=previous,
-                last_round=self.last_round,
+                last_round=self.state.last_round,
                 metrics_source=source,
                 loads=loads,
                 extra_problems=problems,
@@ -576,7 +501,7 @@ class SetLoop:
         for condition in status["conditions"]:
             key = (*labels, condition["type"])
             telemetry.CONDITION.labels(*key).set(condition["status"] == "True")
-            since = _seconds(condition.get("lastTransitionTime"))
+            since = seconds(condition.get("lastTransitionTime"))
             if since is not None:
                 telemetry.CONDITION_SINCE.labels(*key).set(since)
         live = {pod.name: pod.uid for pod in pods}
@@ -616,39 +541,3 @@ class SetLoop:
         self.runtime.costs.update(self.namespace, self.set_key, {}, pods)
         self.runtime.costs.forget_set(self.namespace, self.set_key)
         self.runtime.metrics.forget(self.namespace, self.set_ref.name)
-
-
-def _timed_out_from(status: Mapping[str, Any]) -> tuple[float, Problem] | None:
-    """A HandoffTimedOut the status reports stays reported for its full time after a restart
-    or a failover: the standby reads it back instead of forgetting it."""
-    degraded = next(
-        (c for c in status.get("conditions") or () if c.get("type") == "Degraded"), None
-    )
-    if degraded is None or degraded.get("reason") != "HandoffTimedOut":
-        return None
-    since = _seconds(degraded.get("lastTransitionTime"))
-    if since is None:
-        return None
-    return since + TIMEOUT_REPORT_SECONDS, Problem("HandoffTimedOut", degraded.get("message", ""))
-
-
-def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(math.ceil(seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _seconds(timestamp: str | None) -> float | None:
-    if not timestamp:
-        return None
-    return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-
-
-LOADS_GRACE_MIN = 30.0
-"""Seconds new workers get to start serving and reporting, however short the scrape interval."""
-
-
-def loads_grace(scrape: ScrapeSpec) -> float:
-    """How long workers may report no unit's load before it is a fault: two scrapes, and at
-    least what a fleet of starting processes needs on a busy node."""
-    return max(
-        LOADS_GRACE_MIN, 2 * scrape.interval.total_seconds() + scrape.timeout.total_seconds()
-    )
