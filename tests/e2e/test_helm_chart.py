@@ -61,8 +61,6 @@ CRDS = (
     "graintypes.apportion.dev",
     "partitionsets.apportion.dev",
     "shardsets.apportion.dev",
-    "clusterkopfpeerings.kopf.dev",
-    "kopfpeerings.kopf.dev",
 )
 # What the chart with default values leaves out of the kustomize base.
 BASE_ONLY = {("Namespace", NAMESPACE, "")}  # `helm install --create-namespace` makes it
@@ -226,7 +224,7 @@ def test_the_api_server_accepts_the_rendered_chart(dev_cluster, helm) -> None:
     applied = {line.split()[0] for line in result.stdout.splitlines()}
     assert {
         "customresourcedefinition.apiextensions.k8s.io/partitionsets.apportion.dev",
-        "customresourcedefinition.apiextensions.k8s.io/kopfpeerings.kopf.dev",
+        "role.rbac.authorization.k8s.io/apportion-operator-leader-election",
         "serviceaccount/apportion-operator",
         "clusterrole.rbac.authorization.k8s.io/apportion-operator",
         "clusterrolebinding.rbac.authorization.k8s.io/apportion-operator",

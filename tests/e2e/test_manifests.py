@@ -8,7 +8,6 @@ import json
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,10 @@ OPERATOR_SA = f"system:serviceaccount:{SYSTEM_NAMESPACE}:apportion-operator"
 
 @pytest.fixture(scope="module")
 def installed(dev_cluster, crds) -> None:
-    """kopf's CRDs, the system namespace and the RBAC applied for real (ours by `crds`)."""
+    """The system namespace and the RBAC applied for real (the CRDs by `crds`)."""
     dev_cluster.kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml"))
-    dev_cluster.kubectl("apply", "-f", str(MANIFESTS / "kopf-peering.yaml"))
     for name in ("rbac.yaml", "worker-rbac.yaml"):
         dev_cluster.kubectl("apply", "-n", SYSTEM_NAMESPACE, "-f", str(MANIFESTS / name))
-    dev_cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/clusterkopfpeerings.kopf.dev",
-        "crd/kopfpeerings.kopf.dev",
-    )
 
 
 def test_kustomization_passes_a_server_side_dry_run(dev_cluster, installed) -> None:
@@ -45,7 +36,8 @@ def test_kustomization_passes_a_server_side_dry_run(dev_cluster, installed) -> N
         "customresourcedefinition.apiextensions.k8s.io/partitionsets.apportion.dev",
         "customresourcedefinition.apiextensions.k8s.io/shardsets.apportion.dev",
         "customresourcedefinition.apiextensions.k8s.io/graintypes.apportion.dev",
-        "customresourcedefinition.apiextensions.k8s.io/clusterkopfpeerings.kopf.dev",
+        "role.rbac.authorization.k8s.io/apportion-operator-leader-election",
+        "rolebinding.rbac.authorization.k8s.io/apportion-operator-leader-election",
         "serviceaccount/apportion-operator",
         "clusterrole.rbac.authorization.k8s.io/apportion-operator",
         "clusterrolebinding.rbac.authorization.k8s.io/apportion-operator",
@@ -69,7 +61,9 @@ def test_operator_pods_meet_the_restricted_pod_security_standard(dev_cluster, in
     dev_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod))
 
 
-def can_i(dev_cluster, user: str, verb: str, resource: str, namespace: str = "") -> bool:
+def can_i(
+    dev_cluster, user: str, verb: str, resource: str, namespace: str = "", name: str = ""
+) -> bool:
     """A SubjectAccessReview: unlike `kubectl auth can-i` it needs no discovery, so it also
     answers for APIs not served right now (metrics.k8s.io)."""
     name, _, subresource = resource.partition("/")
@@ -86,6 +80,7 @@ def can_i(dev_cluster, user: str, verb: str, resource: str, namespace: str = "")
                 "resource": plural,
                 "subresource": subresource,
                 "namespace": namespace,
+                "name": name,
             },
         },
     }
@@ -107,8 +102,6 @@ def can_i(dev_cluster, user: str, verb: str, resource: str, namespace: str = "")
         ("watch", "statefulsets.apps"),
         ("list", "deployments.apps"),
         ("list", "pods.metrics.k8s.io"),
-        ("patch", "clusterkopfpeerings.kopf.dev"),
-        ("create", "kopfpeerings.kopf.dev"),
         ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
     ],
 )
@@ -135,7 +128,18 @@ def test_operator_role_denies(dev_cluster, installed, verb: str, resource: str) 
     assert not can_i(dev_cluster, OPERATOR_SA, verb, resource)
 
 
-def test_operator_runs_as_its_service_account_with_peering(
+def test_operator_may_renew_its_own_lease_and_no_other(dev_cluster, installed) -> None:
+    lease = "leases.coordination.k8s.io"
+    assert can_i(dev_cluster, OPERATOR_SA, "update", lease, SYSTEM_NAMESPACE, "apportion-operator")
+    assert can_i(dev_cluster, OPERATOR_SA, "create", lease, SYSTEM_NAMESPACE)
+    assert not can_i(dev_cluster, OPERATOR_SA, "update", lease, SYSTEM_NAMESPACE, "kube-scheduler")
+    assert not can_i(dev_cluster, OPERATOR_SA, "update", lease, "default", "apportion-operator")
+    assert not can_i(
+        dev_cluster, OPERATOR_SA, "delete", lease, SYSTEM_NAMESPACE, "apportion-operator"
+    )
+
+
+def test_operator_runs_as_its_service_account_with_leader_election(
     dev_cluster, installed, namespace, tmp_path
 ) -> None:
     token = dev_cluster.kubectl(
@@ -163,7 +167,6 @@ def test_operator_runs_as_its_service_account_with_peering(
         )
     )
     log = tmp_path / "operator.log"
-    peering = f"e2e-{uuid.uuid4().hex[:6]}"
     with log.open("w") as out:
         process = subprocess.Popen(
             [
@@ -173,12 +176,12 @@ def test_operator_runs_as_its_service_account_with_peering(
                 "operator",
                 "--namespace",
                 namespace,
-                "--peering",
-                peering,
-                "--priority",
-                "10",
+                "--leader-election",
+                "apportion-operator",
+                "--leader-election-namespace",
+                SYSTEM_NAMESPACE,
             ],
-            env={**dev_cluster.env, "KUBECONFIG": str(kubeconfig)},
+            env={**dev_cluster.env, "KUBECONFIG": str(kubeconfig), "POD_NAME": "rbac-operator"},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -213,12 +216,12 @@ def test_operator_runs_as_its_service_account_with_peering(
                 check=False,
             )
             assert result.returncode == 0, f"{result.stderr}\n{log.read_text()}"
-            peers = json.loads(
+            lease = json.loads(
                 dev_cluster.kubectl(
-                    "get", "kopfpeering", peering, "-n", namespace, "-o", "json"
+                    "get", "lease", "apportion-operator", "-n", SYSTEM_NAMESPACE, "-o", "json"
                 ).stdout
             )
-            assert [p["priority"] for p in peers.get("status", {}).values()] == [10]
+            assert lease["spec"]["holderIdentity"] == "rbac-operator"
         finally:
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=20) == 0

@@ -1,4 +1,4 @@
-"""Two operator replicas, one active (kopf peering, distinct priorities): the active one is
+"""Two operator replicas, one active (leader election on a Lease): the active one is
 killed with SIGKILL in the middle of a hand-off; the standby takes over, continues from the
 published table and finishes the hand-off under higher epochs, without a second owner.
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from unitset_support import (
@@ -33,25 +32,12 @@ from unitset_support import (
 from apportion.api.assignment import AssignmentTable, Incarnation
 from apportion.engine.handoff import make_ack, owned_units, releasing_units
 
-PEERING = "apportion-ha"
-REPO = Path(__file__).parents[2]
+LEASE = "apportion-ha"
 SPEC = {
     "partitions": 12,
     "workloadRef": {"kind": "StatefulSet", "name": "w"},
     "rebalance": {"interval": "1s", "handoffTimeout": "10m"},
 }
-
-
-@pytest.fixture
-def peering_crds(dev_cluster) -> None:
-    dev_cluster.kubectl("apply", "-f", str(REPO / "manifests" / "kopf-peering.yaml"))
-    dev_cluster.kubectl(
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/kopfpeerings.kopf.dev",
-        "crd/clusterkopfpeerings.kopf.dev",
-    )
 
 
 @dataclass
@@ -61,9 +47,9 @@ class Pair:
 
 
 @pytest.fixture
-def pair(dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path):
+def pair(dev_cluster, crds, namespace, kubectl, wait_for, tmp_path):
     """Returns a function: given the workers' StatefulSet, start it, an active operator, the
-    set (Balanced) and a standby operator that joined the peering."""
+    set (Balanced) and a standby operator that waits for the Lease."""
     started: list[Operator] = []
 
     def start(statefulset: dict) -> Pair:
@@ -73,8 +59,7 @@ def pair(dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path
             dev_cluster,
             namespace,
             tmp_path / "active.log",
-            peering=PEERING,
-            priority=100,
+            leader_election=LEASE,
             identity="operator-active",
         )
         started.append(active)
@@ -88,18 +73,14 @@ def pair(dev_cluster, crds, peering_crds, namespace, kubectl, wait_for, tmp_path
             dev_cluster,
             namespace,
             tmp_path / "standby.log",
-            peering=PEERING,
-            priority=50,
+            leader_election=LEASE,
             identity="operator-standby",
         )
         started.append(standby)
 
-        def peers() -> dict:
-            found = kubectl("get", "-n", namespace, "kopfpeering", PEERING, "-o", "json")
-            return json.loads(found.stdout).get("status") or {}
-
-        wait_for(lambda: "operator-standby" in peers(), 60, "the standby joining the peering")
-        assert peers()["operator-standby"]["priority"] < peers()["operator-active"]["priority"]
+        lease = get(kubectl, namespace, "lease", LEASE)
+        assert lease["spec"]["holderIdentity"] == "operator-active"
+        wait_for(lambda: "Standing by" in standby.text(), 60, "the standby standing by")
         # /metrics: one leader, and only it reports the set
         wait_for(lambda: active.samples("apportion_operator_leader") == [1], 30, "active leads")
         assert standby.samples("apportion_operator_leader") == [0]
@@ -152,7 +133,7 @@ def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> 
     completed = [e for e in evs if e["reason"] == "HandoffCompleted"]
     assert completed and {e["reportingInstance"] for e in completed} == {"operator-standby"}
     assert not [e for e in evs if e["reason"] == "HandoffTimedOut"]
-    before, resumed, after = pair.standby.text().partition("Resuming operations")
+    before, resumed, after = pair.standby.text().partition("Leading (Lease")
     assert resumed and "Published epoch" not in before, "the standby waited its turn"
     assert "Published epoch" in after
     assert pair.standby.samples("apportion_operator_leader") == [1]

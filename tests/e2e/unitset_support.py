@@ -47,8 +47,7 @@ class Operator:
         namespace: str,
         log: Path,
         *,
-        peering: str | None = None,
-        priority: int | None = None,
+        leader_election: str | None = None,
         identity: str = "operator-0",
     ) -> None:
         self.log = log
@@ -56,14 +55,15 @@ class Operator:
         self.metrics_port = free_port()
         args = [sys.executable, "-m", "apportion", "operator", "--namespace", namespace]
         args += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
-        if peering:
-            args += ["--peering", peering, "--priority", str(priority)]
-        env = {**dev_cluster.env, "POD_NAME": identity, "POD_ID": identity}
+        if leader_election:
+            args += ["--leader-election", leader_election]
+            args += ["--leader-election-namespace", namespace]
+        env = {**dev_cluster.env, "POD_NAME": identity}
         self._out = log.open("w")
         self.process = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT)
 
     def kill(self) -> None:
-        """SIGKILL: no cleanup, no peering goodbye."""
+        """SIGKILL: no cleanup, the Lease is not given up."""
         self.process.send_signal(signal.SIGKILL)
         self.process.wait()
 

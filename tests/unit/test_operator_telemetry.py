@@ -3,7 +3,7 @@ the set, API failures get bounded reasons, and the leader gauge follows kopf's p
 
 from __future__ import annotations
 
-import logging
+import asyncio
 
 import httpx2
 from lightkube import ApiError
@@ -11,6 +11,7 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from apportion.controllers import telemetry
+from apportion.controllers.runtime import Runtime
 
 SET = ("PartitionSet", "telemetry-test", "demo")
 
@@ -71,19 +72,12 @@ def test_api_failures_have_bounded_reasons() -> None:
     assert telemetry.error_reason(ValueError("a bug, not the API")) is None
 
 
-def test_the_leader_gauge_follows_kopf_peering() -> None:
-    peering = logging.getLogger("kopf._core.engines.peering")
-    before = peering.level
-    peering.setLevel(logging.INFO)
-    try:
-        telemetry.follow_peering(standalone=False)
-        assert samples("apportion_operator_leader") == {(): 0}
-        peering.info("Resuming operations after the pause. Conflicting operators are gone.")
-        assert samples("apportion_operator_leader") == {(): 1}
-        peering.info("Pausing operations in favour of [Peer(identity='operator-1')].")
-        assert samples("apportion_operator_leader") == {(): 0}
-        telemetry.follow_peering(standalone=True)
-        assert samples("apportion_operator_leader") == {(): 1}
-    finally:
-        peering.setLevel(before)
-        peering.filters.clear()
+async def test_the_leader_gauge_follows_the_runtime_leading() -> None:
+    runtime = Runtime(*([None] * 9))  # type: ignore[arg-type]
+    runtime.stop_loops = lambda grace=10.0: asyncio.sleep(0)  # type: ignore[method-assign]
+    leading = asyncio.ensure_future(runtime.lead())
+    await asyncio.sleep(0)
+    assert samples("apportion_operator_leader") == {(): 1} and runtime.leading
+    leading.cancel()
+    await asyncio.gather(leading, return_exceptions=True)
+    assert samples("apportion_operator_leader") == {(): 0} and not runtime.leading

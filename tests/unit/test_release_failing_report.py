@@ -52,7 +52,7 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Any:
         statuses.append(status)
 
     monkeypatch.setattr(loop_module, "patch_status", patch_status)
-    runtime = SimpleNamespace(client=None, events=events, tables=OwnTables())
+    runtime = SimpleNamespace(client=None, events=events, tables=OwnTables(), body=lambda key: None)
     daemon = loop_module.SetLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)  # type: ignore[arg-type]
     daemon.events, daemon.statuses = events, statuses
     yield daemon

@@ -25,16 +25,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     scope.add_argument(
         "--all-namespaces", "-A", action="store_true", help="watch every namespace (default)"
     )
-    peering = parser.add_mutually_exclusive_group()
-    peering.add_argument(
-        "--peering",
+    election = parser.add_mutually_exclusive_group()
+    election.add_argument(
+        "--leader-election",
         metavar="NAME",
-        help="coordinate with other replicas through the kopf peering object NAME (created if "
-        "missing); only the highest --priority runs",
+        help="run with other replicas: the one holding the coordination.k8s.io Lease NAME "
+        "places units, the others stand by (client-go's leader election)",
     )
-    peering.add_argument("--standalone", action="store_true", help="run without peering (default)")
+    election.add_argument(
+        "--standalone", action="store_true", help="run without leader election (default)"
+    )
     parser.add_argument(
-        "--priority", type=int, help="peering priority; replicas need distinct values"
+        "--leader-election-namespace",
+        metavar="NS",
+        help="namespace of the Lease (default: $POD_NAMESPACE, else the service account's)",
     )
     parser.add_argument(
         "--liveness",
@@ -63,10 +67,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.priority is not None and not args.peering:
-        args.parser.error("--priority needs --peering NAME")
-    if args.peering and any(ch in ns for ns in args.namespaces or () for ch in "*?[!"):
-        args.parser.error("--peering needs exact --namespace names, not patterns")
+    if args.leader_election and not lease_namespace(args):
+        args.parser.error(
+            "--leader-election needs --leader-election-namespace (or $POD_NAMESPACE) outside a pod"
+        )
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -78,31 +82,58 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _operate(args: argparse.Namespace) -> None:
+    import asyncio
+    import os
+
     import kopf
 
     from apportion.controllers import load_handlers, telemetry
-    from apportion.controllers.peering import ensure_peering
+    from apportion.controllers.leadership import LeaderElection
     from apportion.controllers.runtime import Runtime
     from apportion.controllers.settings import build_settings
 
     load_handlers()
     if args.metrics:
-        telemetry.follow_peering(standalone=not args.peering)
         telemetry.serve(args.metrics)
     namespaces = args.namespaces or []
-    if args.peering:
-        await ensure_peering(args.peering, namespaces)
     runtime = Runtime.create(namespaces)
+    if args.leader_election:
+        identity = os.environ.get("POD_NAME") or f"{os.uname().nodename}-{os.getpid()}"
+        election = LeaderElection(
+            runtime.client, args.leader_election, lease_namespace(args), identity
+        )
+        leading = asyncio.ensure_future(election.run(runtime.lead))
+    else:
+        leading = asyncio.ensure_future(runtime.lead())
     try:
+        # kopf runs the watches and the handlers that feed the runtime; every replica keeps
+        # its view warm, only the leader runs loops (`Runtime.lead`).
         await kopf.operator(
             settings=build_settings(),
             clusterwide=not namespaces,
             namespaces=namespaces,
-            standalone=not args.peering,
-            peering_name=args.peering,
-            priority=args.priority,
+            standalone=True,
             liveness_endpoint=args.liveness,
             memo=kopf.Memo(runtime=runtime),
         )
     finally:
+        leading.cancel()
+        await asyncio.gather(leading, return_exceptions=True)
         await runtime.close()
+
+
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def lease_namespace(args: argparse.Namespace) -> str:
+    import os
+
+    if args.leader_election_namespace:
+        return str(args.leader_election_namespace)
+    if os.environ.get("POD_NAMESPACE"):
+        return os.environ["POD_NAMESPACE"]
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE) as file:
+            return file.read().strip()
+    except OSError:
+        return ""

@@ -1,11 +1,20 @@
-"""The operator's runtime: what every controller of one process shares (`Runtime`), and the one
-loop both kinds run (`run_loop`), with controller-runtime's work-queue rate limiting.
+"""The operator's runtime: what every controller of one process shares (`Runtime`), the one
+loop every kind runs (`run_loop`), with controller-runtime's work-queue rate limiting, and the
+supervision of one loop per object while this replica leads.
 
-One `Runtime` per operator process owns the API client, the caches of selected pods and
-workloads, the wake-ups, the Event recorder, the deletion-cost writer, the load collector and the
-watch on the sets' own tables. `apportion operator` creates it and hands it to every kopf handler
-as `memo.runtime` (kopf's public per-operator memo), so nothing lives in module globals and a
-test builds a runtime of its own.
+One `Runtime` per operator process owns the API client, the objects of our kinds as the watch
+last delivered them, the caches of selected pods and workloads, the wake-ups, the Event recorder,
+the deletion-cost writer, the load collector and the watch on the sets' own tables.
+`apportion operator` creates it and hands it to every kopf handler as `memo.runtime` (kopf's
+public per-operator memo), so nothing lives in module globals and a test builds a runtime of its
+own.
+
+kopf is used through its public API only: `@kopf.on.event` handlers feed `observe` and
+`deleted`, and the runtime runs the loops itself — not as kopf daemons, which kopf gives a
+finalizer each (by design: nolar/kopf#896), and a finalizer leaves sets, and the namespaces
+holding them, stuck in deletion whenever the operator is stopped or uninstalled. Which replica
+runs the loops is decided by a Lease (`leadership.LeaderElection`) instead of kopf's peering,
+which pauses only kopf's own handlers.
 
 `run_loop` is level-triggered: a pass, then a wait until something the object reads changes, the
 pass's own wake-up time comes, or the resync period ends. Failed passes are retried with a
@@ -23,18 +32,20 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+import kopf
 from lightkube import AsyncClient
 
 from apportion.api.pods import WorkerPod
+from apportion.api.resource import Resource
 from apportion.controllers import telemetry
 from apportion.controllers.caches import SelectedCache
 from apportion.controllers.load_collector import MetricsCollector
 from apportion.controllers.pods import pod_cache
-from apportion.controllers.wakeups import Wakeups
+from apportion.controllers.wakeups import Wakeups, set_key
 from apportion.controllers.workloads import WorkloadCaches, workload_caches
 from apportion.publishing.client import operator_client
 from apportion.publishing.configmaps import PublishConflict
@@ -119,6 +130,10 @@ class Runtime:
     metrics: MetricsCollector
     limiter: PassLimiter
     tables: OwnTables
+    objects: dict[str, tuple[ReconcilerFactory, dict[str, Any]]] = field(default_factory=dict)
+    """Object key → (how to build its reconciler, the object as the watch last delivered it)."""
+    loops: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
+    leading: bool = False
 
     @classmethod
     def create(cls, scope: Sequence[str] = (), client: AsyncClient | None = None) -> Runtime:
@@ -140,7 +155,78 @@ class Runtime:
     def caches(self) -> tuple[SelectedCache[Any], ...]:
         return (self.pods, *self.workloads.values())
 
+    # ------------------------------------------------------------------------ loops and objects
+
+    def body(self, key: str) -> dict[str, Any] | None:
+        """The object of `key` as last seen; None once deleted."""
+        found = self.objects.get(key)
+        return None if found is None else found[1]
+
+    def bodies(self, kind: str, namespace: str) -> list[dict[str, Any]]:
+        """Every known object of `kind` in `namespace`."""
+        return [
+            body
+            for key, (_, body) in self.objects.items()
+            if key.startswith(f"{kind}/{namespace}/")
+        ]
+
+    def observe(self, key: str, body: Mapping[str, Any], factory: ReconcilerFactory) -> None:
+        """The watch delivered (a new version of) an object: its loop wakes, or starts."""
+        self.objects[key] = (factory, dict(body))
+        self.wakeups.notify(key)
+        if self.leading and key not in self.loops:
+            self._start(key)
+
+    def deleted(self, key: str) -> None:
+        """The object is gone: its loop ends at its next wake-up."""
+        self.objects.pop(key, None)
+        self.wakeups.gone(key)
+
+    def _start(self, key: str) -> None:
+        factory, body = self.objects[key]
+        stop = asyncio.Event()
+        reconciler = factory(body, self)
+        task = asyncio.ensure_future(run_loop(self, reconciler, stop))
+        self.loops[key] = (task, stop)
+        task.add_done_callback(lambda _: self._ended(key, task))
+
+    def _ended(self, key: str, task: asyncio.Task[None]) -> None:
+        if self.loops.get(key, (None,))[0] is task:
+            del self.loops[key]
+        if not task.cancelled() and task.exception() is not None:
+            logging.getLogger(__name__).error(
+                "The loop of %s ended", key, exc_info=task.exception()
+            )
+
+    async def lead(self) -> None:
+        """Run a loop per known object (and per new one) until cancelled: leadership lost, or
+        the operator stopping. A pass in flight may be cut short, which is safe: every write is
+        conditional and the next leader reads everything back."""
+        self.leading = True
+        telemetry.LEADER.set(1)
+        try:
+            for key in list(self.objects):
+                if key not in self.loops:
+                    self._start(key)
+            await asyncio.Event().wait()
+        finally:
+            self.leading = False
+            telemetry.LEADER.set(0)
+            await self.stop_loops()
+
+    async def stop_loops(self, grace: float = 10.0) -> None:
+        loops = list(self.loops.values())
+        for _, stop in loops:
+            stop.set()
+        tasks = [task for task, _ in loops]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     async def close(self) -> None:
+        await self.stop_loops()
         for cache in self.caches():
             await cache.stop()
         await self.events.flush()
@@ -173,6 +259,10 @@ class Reconciler(Protocol):
 
     def finish(self, deleted: bool) -> None:
         """The loop ends; `deleted`: because its object is gone."""
+
+
+ReconcilerFactory = Callable[[dict[str, Any], "Runtime"], Reconciler]
+"""Builds the reconciler of one object from its body."""
 
 
 class Stopping(Protocol):
@@ -248,3 +338,19 @@ def _count(
     telemetry.PASS_DURATION.labels(*reconciler.labels).observe(time.perf_counter() - started)
     if api_error is not None:
         telemetry.API_ERRORS.labels(*reconciler.labels, api_error).inc()
+
+
+def watch(kind: type[Resource], factory: ReconcilerFactory) -> None:
+    """Run a loop built by `factory` for every object of `kind` while this replica leads, woken
+    by every change of it (kopf's public `on.event`, which starts with the initial listing)."""
+
+    async def changed(*, event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
+        runtime: Runtime = memo.runtime
+        meta = body["metadata"]
+        key = set_key(kind.__name__, meta["namespace"], meta["name"])
+        if event.get("type") == "DELETED":
+            runtime.deleted(key)
+        else:
+            runtime.observe(key, body, factory)
+
+    kopf.on.event(kind.group, kind.version, kind.crd.plural, id="wake")(changed)

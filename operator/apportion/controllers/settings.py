@@ -1,5 +1,5 @@
 """Operator-wide kopf settings: our own names for everything kopf writes into objects, Events
-only for warnings, and timeouts that notice a dead API connection or a dead peer quickly."""
+only for warnings, and timeouts that notice a dead API connection quickly."""
 
 from __future__ import annotations
 
@@ -13,9 +13,6 @@ from apportion import GROUP
 
 FINALIZER = f"{GROUP}/cleanup"
 """Added by kopf only for handlers that need cleanup before deletion (none yet)."""
-
-PEERING_LIFETIME = 15
-"""Seconds a silent operator counts as alive to its peers: the standby's takeover delay."""
 
 
 def build_settings() -> kopf.OperatorSettings:
@@ -35,10 +32,8 @@ def build_settings() -> kopf.OperatorSettings:
     settings.networking.connect_timeout = 10
     settings.networking.request_timeout = 60
     settings.watching.connect_timeout = 10
-    # kopf's watches of the sets and peering objects end after client_timeout even when their
+    # kopf's watches of the sets and their ConfigMaps end after client_timeout even when their
     # connection died without a FIN, as apportion.listwatch.SILENCE_TIMEOUT bounds the others.
     settings.watching.server_timeout = 60
     settings.watching.client_timeout = 90
-    settings.peering.lifetime = PEERING_LIFETIME
-    settings.peering.stealth = True
     return settings

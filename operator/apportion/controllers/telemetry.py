@@ -11,7 +11,6 @@ accumulate the names of every pod it ever saw.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ _HANDOFF_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)
 BUILD = Info("apportion_operator_build", "Version of the running operator.")
 LEADER = Gauge(
     "apportion_operator_leader",
-    "1 while this replica places units (standalone, or first by kopf peering priority), "
+    "1 while this replica places units (standalone, or holding the leader-election Lease), "
     "0 while it stands by.",
 )
 PASSES = Counter(
@@ -253,22 +252,3 @@ def _label_values(metric: Counter | Gauge | Histogram) -> list[tuple[str, ...]]:
 def _remove(metric: Gauge, key: tuple[str, ...]) -> None:
     if key in metric._metrics:
         metric.remove(*key)
-
-
-class PeeringState(logging.Filter):
-    """Follows kopf's peering decisions for the `leader` gauge. kopf exposes whether it paused
-    itself only through these log lines (its pause toggles are internal to `kopf.operator`)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message.startswith("Pausing"):
-            LEADER.set(0)
-        elif message.startswith("Resuming operations"):
-            LEADER.set(1)
-        return True
-
-
-def follow_peering(standalone: bool) -> None:
-    """Standalone replicas always lead; peered ones start paused until kopf resumes them."""
-    LEADER.set(1 if standalone else 0)
-    logging.getLogger("kopf._core.engines.peering").addFilter(PeeringState())

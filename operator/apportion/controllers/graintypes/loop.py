@@ -1,7 +1,8 @@
-"""The publishing loop of one GrainType: a kopf daemon, level-triggered like the unit sets'.
+"""The publishing loop of one GrainType, level-triggered like the unit sets'.
 
-Each pass reads the GrainType (kopf's live body), the pods it selects from the pod cache and
-their smoothed load from the metrics collector, builds the placement table they call for and lets
+Each pass reads the GrainType (as the watch last delivered it), the pods it selects from the pod
+cache and their smoothed load from the metrics collector, builds the placement table they call
+for and lets
 the gate decide: a change of spec or membership is written at once, a load change beyond the
 hysteresis at most once per `publish.minInterval`, noise never. Passes run when a pod it selects
 or the GrainType changes (wake-ups), every `publish.interval` for load, and when a held-back load
@@ -16,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from apportion.api.assignment import ResourceRef
@@ -45,12 +45,11 @@ RESYNC_SECONDS = 300.0
 
 
 class GrainTypeLoop:
-    """The daemon of one GrainType. `body` is kopf's live body."""
+    """The loop of one GrainType."""
 
     def __init__(
         self,
-        body: kopf.Body,
-        indexes: Mapping[str, Any],
+        body: Mapping[str, Any],
         logger: logging.Logger | logging.LoggerAdapter[Any],
         runtime: Runtime,
         *,
@@ -58,8 +57,7 @@ class GrainTypeLoop:
     ) -> None:
         meta = body["metadata"]
         self.runtime = runtime
-        self.body = body
-        self.indexes = indexes
+        self.last_body = body
         self.logger = logger
         self.clock = clock
         self.namespace: str = meta["namespace"]
@@ -177,9 +175,18 @@ class GrainTypeLoop:
             telemetry.TABLE_EPOCH.labels(*self.labels).set(gate.published.version)
         return interval if decision.retry_in is None else min(interval, decision.retry_in)
 
+    @property
+    def body(self) -> Mapping[str, Any]:
+        """The GrainType as the watch last delivered it."""
+        self.last_body = self.runtime.body(self.key) or self.last_body
+        return self.last_body
+
     def conflicts(self, graintype: GrainType) -> dict[str, list[str]]:
         """This GrainType's grain types that other GrainTypes of the namespace claim too."""
-        claims = self.indexes["apportion_graintypes"].get(self.namespace, ())
+        claims = [
+            (other["metadata"]["name"], claimed_grain_types(other))
+            for other in self.runtime.bodies("GrainType", self.namespace)
+        ]
         result: dict[str, list[str]] = {}
         for grain_type in graintype.grain_type_names():
             others = sorted(
@@ -203,3 +210,9 @@ class GrainTypeLoop:
         if status != self.status:
             await patch_status(self.runtime.client, "GrainType", self.namespace, self.name, status)
             self.status = status
+
+
+def claimed_grain_types(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The grain types a GrainType places: its `grainTypes`, or its own name."""
+    spec = body.get("spec") or {}
+    return tuple(spec.get("grainTypes") or (body["metadata"]["name"],))

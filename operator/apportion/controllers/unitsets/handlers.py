@@ -1,7 +1,7 @@
 """PartitionSet (Netherite-style partitions) and ShardSet (Akka-style shards) handlers: both
-kinds run `SetLoop` in the shared loop (`runtime.run_loop`), one kopf daemon per set, woken by
-changes of the set, of what it selects and of its own ConfigMaps. Every handler reaches the
-operator's `Runtime` through kopf's `memo`."""
+kinds run `SetLoop` in the runtime's shared loop (`runtime.run_loop`), one per set while this
+replica leads, woken by changes of the set, of what it selects and of its own ConfigMaps. Every
+handler reaches the operator's `Runtime` through kopf's `memo`."""
 
 from __future__ import annotations
 
@@ -12,45 +12,23 @@ import kopf
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.resource import Resource
-from apportion.controllers.runtime import TABLE_REREAD, run_loop
+from apportion.controllers.runtime import TABLE_REREAD, ReconcilerFactory, Runtime, watch
 from apportion.controllers.unitsets.loop import SetLoop
 from apportion.controllers.wakeups import set_key
 from apportion.publishing.configmaps import PART_LABEL, SET_KIND_LABEL
 
 
-def register(kind: type[Resource]) -> None:
-    """Run the placement daemon for every object of `kind` (PartitionSet or ShardSet)."""
-    resource = (kind.group, kind.version, kind.crd.plural)
+def reconciler(kind: type[Resource]) -> ReconcilerFactory:
+    def build(body: dict[str, Any], runtime: Runtime) -> SetLoop:
+        meta = body["metadata"]
+        logger = logging.getLogger(f"apportion.{kind.__name__}.{meta['namespace']}.{meta['name']}")
+        return SetLoop(kind, body, logger, runtime)
 
-    async def place(
-        *,
-        body: kopf.Body,
-        logger: logging.Logger | logging.LoggerAdapter[Any],
-        stopped: kopf.DaemonStopped,
-        memo: Any,
-        **_: Any,
-    ) -> None:
-        await run_loop(memo.runtime, SetLoop(kind, body, logger, memo.runtime), stopped)
-
-    async def changed(
-        *, event: kopf.RawEvent, namespace: str | None, name: str, memo: Any, **_: Any
-    ) -> None:
-        key = set_key(kind.__name__, namespace or "", name)
-        if event.get("type") == "DELETED":
-            memo.runtime.wakeups.gone(key)
-        else:
-            memo.runtime.wakeups.notify(key)
-
-    # The daemon checks `stopped` between passes; a pass in flight is cancelled after the
-    # backoff, which is safe: every write is conditional and the next daemon reloads.
-    kopf.daemon(*resource, id="placement", cancellation_backoff=1.0, cancellation_timeout=10.0)(
-        place
-    )
-    kopf.on.event(*resource, id="wake")(changed)
+    return build
 
 
-register(PartitionSet)
-register(ShardSet)
+watch(PartitionSet, reconciler(PartitionSet))
+watch(ShardSet, reconciler(ShardSet))
 
 
 @kopf.on.event("", "v1", "configmaps", labels={SET_KIND_LABEL: kopf.PRESENT})

@@ -1,11 +1,11 @@
-"""The placement loop of PartitionSets and ShardSets: one kopf daemon per set, level-triggered.
+"""The placement loop of PartitionSets and ShardSets: one per set, level-triggered.
 
-The daemon sleeps until something it reads changes (a pod or workload it selects, the set
+The loop sleeps until something it reads changes (a pod or workload it selects, the set
 itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass declares
 what it selects to the caches (`caches`), reads the cached pods and workloads, runs
 `apportion.engine.set_pass.plan_pass` and publishes what it decided: at most one ConfigMap
 write per new table, then Events, the status and the pods' deletion costs. All state lives in
-the API server: on start (operator restart, standby taking over) the daemon decodes the
+the API server: on start (operator restart, standby taking over) the loop decodes the
 published table and continues from its epoch.
 """
 
@@ -17,7 +17,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import kopf
 from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
@@ -67,19 +66,19 @@ _HANDOFF_OUTCOMES = {
 
 
 class SetLoop:
-    """The daemon of one set. `body` is kopf's live body: it follows the object's changes."""
+    """The loop of one set; `body` follows the object's changes as the watch delivers them."""
 
     def __init__(
         self,
         kind: type[Resource],
-        body: kopf.Body,
+        body: Mapping[str, Any],
         logger: logging.Logger | logging.LoggerAdapter[Any],
         runtime: Runtime,
     ) -> None:
         meta = body["metadata"]
         self.runtime = runtime
         self.kind = kind
-        self.body = body
+        self.last_body = body
         self.logger = logger
         self.namespace: str = meta["namespace"]
         self.key = set_key(kind.__name__, self.namespace, meta["name"])
@@ -99,6 +98,12 @@ class SetLoop:
         self.fingerprint: tuple[Any, ...] | None = None
         self.wake_at: float | None = None
         self._parsed: tuple[int, Resource | ValidationError] | None = None
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        """The set as the watch last delivered it."""
+        self.last_body = self.runtime.body(self.key) or self.last_body
+        return self.last_body
 
     @property
     def set_key(self) -> str:
