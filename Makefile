@@ -84,6 +84,7 @@ bench: setup kafka-jars
 lint: setup
 	$(BIN)/ruff check operator devtools tests bench conformance integrations scripts
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 crds: setup
 	$(BIN)/apportion crds --output crds

@@ -1,7 +1,7 @@
-"""Pods as the set daemons see them: membership facts of the pods some set selects, kept by a
+"""Pods as the set loops see them: membership facts of the pods some set selects, kept by a
 watch (`caches.SelectedCache`, no LIST per pass), and the selection of a set's members.
 
-A daemon registers what it selects (`want`) and waits for the cache to hold it before its pass,
+A loop registers what it selects (`want`) and waits for the cache to hold it before its pass,
 so it never plans with a partial view of its pods (which would look like dead owners).
 """
 

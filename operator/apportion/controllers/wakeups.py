@@ -1,5 +1,5 @@
-"""Wake a daemon when something it reads changes (a pod or workload it selects, its own object):
-a change counter and an asyncio.Event per daemon key (`set_key`). Daemons compare counters, so a
+"""Wake a loop when something it reads changes (a pod or workload it selects, its own object):
+a change counter and an asyncio.Event per loop key (`set_key`). Loops compare counters, so a
 change that lands while a pass runs is never missed."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections import defaultdict
 
 
 def set_key(kind: str, namespace: str, name: str) -> str:
-    """The key a set's daemon waits on and its selections are filed under."""
+    """The key a set's loop waits on and its selections are filed under."""
     return f"{kind}/{namespace}/{name}"
 
 
@@ -39,9 +39,8 @@ class Wakeups:
         return self._ticks[key] != seen
 
     def gone(self, key: str) -> None:
-        """The object of `key` was deleted: its daemon ends at its next wake-up. (Without a
-        finalizer, kopf learns of a deletion only once the object is gone, and then does not
-        stop its daemon by itself.)"""
+        """The object of `key` was deleted: its loop ends at its next wake-up (without a
+        finalizer, the operator learns of a deletion only once the object is gone)."""
         self._gone.add(key)
         self.notify(key)
 
@@ -49,7 +48,7 @@ class Wakeups:
         return key in self._gone
 
     def forget(self, key: str) -> None:
-        """The daemon of `key` is gone."""
+        """The loop of `key` is gone."""
         self._ticks.pop(key, None)
         self._events.pop(key, None)
         self._gone.discard(key)

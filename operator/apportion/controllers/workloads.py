@@ -1,4 +1,4 @@
-"""Deployments and StatefulSets as the set daemons see them: their selectors (for `workloadRef`)
+"""Deployments and StatefulSets as the set loops see them: their selectors (for `workloadRef`)
 and whether they are rolling out a new revision, from a cache of the workloads some set refers
 to (`caches.SelectedCache`, no GET per pass).
 
