@@ -62,7 +62,7 @@ def test_operator_pods_meet_the_restricted_pod_security_standard(dev_cluster, in
 
 
 def can_i(
-    dev_cluster, user: str, verb: str, resource: str, namespace: str = "", name: str = ""
+    dev_cluster, user: str, verb: str, resource: str, namespace: str = "", object_name: str = ""
 ) -> bool:
     """A SubjectAccessReview: unlike `kubectl auth can-i` it needs no discovery, so it also
     answers for APIs not served right now (metrics.k8s.io)."""
@@ -80,7 +80,7 @@ def can_i(
                 "resource": plural,
                 "subresource": subresource,
                 "namespace": namespace,
-                "name": name,
+                "name": object_name,
             },
         },
     }
