@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from lightkube import AsyncClient
@@ -71,7 +72,7 @@ def workload_caches(
             plural,
             kind.value,
             "apps",
-            lambda body, k=kind.value: WorkloadFact.from_body(k, body),
+            partial(WorkloadFact.from_body, kind.value),
             client,
             notify,
             scope,

@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import ValidationError
 
@@ -189,7 +189,7 @@ class SetLoop:
         if isinstance(parsed, ValidationError):
             await self.report_invalid(f"spec rejected by the operator: {parsed.errors()[0]['msg']}")
             return None
-        spec: UnitSetSpec = parsed.spec  # type: ignore[attr-defined]
+        spec = cast(UnitSetSpec, parsed.spec)
         if self.runtime.tables.changed(self.key, self.store.version):
             self.published = None  # someone else wrote or deleted it: read it back
         if self.published is None:
@@ -282,8 +282,8 @@ class SetLoop:
             # Scrapes run when a pass asks for figures: until the workers report, pass once a
             # scrape interval, so the figures are fresh when they come and the grace is kept.
             assert spec.metrics.scrape is not None
-            due = now + spec.metrics.scrape.interval.total_seconds()
-            self.wake_at = min(self.wake_at or math.inf, due)
+            next_scrape = now + spec.metrics.scrape.interval.total_seconds()
+            self.wake_at = min(self.wake_at or math.inf, next_scrape)
         return self.wake_at
 
     async def loads(
