@@ -138,10 +138,10 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     """Table and status writes per minute of one GrainType's publishing passes (the pure steps
     `GrainTypeLoop.reconcile` runs: collector smoothing, table, gate, status), one pass per
     publish interval, 8 members scraped every second."""
+    from apportion.api.placement_table import TableStats
     from apportion.api.pods import WorkerPod
     from apportion.controllers.graintypes.document import build_document, build_status, problems
     from apportion.controllers.graintypes.gate import PublishGate
-    from apportion.engine.grains import GrainMemberStats
     from apportion.engine.smoothing import ResourceSmoother
 
     _, cpu_sd, count_sd, drift, churn = SCENARIOS[scenario]
@@ -167,7 +167,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
                 cpu_percent=40 + drift * t + rng.gauss(0, cpu_sd),
                 memory_bytes=(1 << 30) * (1 + rng.gauss(0, 0.005)),
             )
-            stats[pod.name] = GrainMemberStats(
+            stats[pod.name] = TableStats(
                 cpu_usage=smoother.cpu_percent,
                 memory_usage=100 * smoother.memory_bytes / (4 << 30),
                 available_memory=round((4 << 30) - smoother.memory_bytes),

@@ -23,9 +23,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from apportion.api.placement_table import TableMember, TableStats
 from apportion.engine.grains import (
-    GrainMember,
-    GrainMemberStats,
     PlacementContext,
     PlacementTable,
     Placer,
@@ -175,10 +174,10 @@ def bench_table(members: int = 100) -> PlacementTable:
     rng = random.Random(7)
     return PlacementTable(
         (
-            GrainMember(
-                f"member-{i:03d}",
-                {"zone": f"zone-{i % 3}", "apportion.dev/role": "worker"},
-                GrainMemberStats(
+            TableMember(
+                name=f"member-{i:03d}",
+                labels={"zone": f"zone-{i % 3}", "apportion.dev/role": "worker"},
+                stats=TableStats(
                     cpu_usage=rng.uniform(5, 90),
                     memory_usage=rng.uniform(5, 85),
                     available_memory=rng.randrange(1, 4) << 30,
@@ -262,7 +261,7 @@ def balance(
 def moved_fraction(make: Callable[[], Placer], before: int, after: int, grains: int) -> float:
     def assignment(members: int) -> list[str]:
         placer = make()
-        placer.update(PlacementTable(GrainMember(f"member-{i:03d}") for i in range(members)))
+        placer.update(PlacementTable(TableMember(name=f"member-{i:03d}") for i in range(members)))
         ctx = PlacementContext()
         return [placer.place(f"cart/{g}", ctx) for g in range(grains)]
 

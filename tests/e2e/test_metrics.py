@@ -23,11 +23,11 @@ from metrics_support import (
 )
 
 from apportion.api.common import MetricsSpec
+from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_metrics import WorkerMetrics
 from apportion.controllers.load_collector import MetricsCollector
-from apportion.engine.grains.table import GrainMemberStats
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port
 
@@ -117,7 +117,7 @@ async def test_pod_metrics_are_read_through_the_api_and_smoothed(
             "no activation counts: spec.metrics.scrape is not set; "
             "CPU and memory from PodMetrics for 2/2 pods"
         )
-        assert report.member_stats["w-0"] == GrainMemberStats(
+        assert report.member_stats["w-0"] == TableStats(
             cpu_usage=50.0,  # 250m of a 500m limit
             memory_usage=50.0,
             available_memory=128 * MiB,
@@ -125,7 +125,7 @@ async def test_pod_metrics_are_read_through_the_api_and_smoothed(
             cpu_count=1,
         )
         # No limits: CPU has nothing to be a percentage of, memory no maximum.
-        assert report.member_stats["w-1"] == GrainMemberStats(cpu_usage=0.0, memory_usage=0.0)
+        assert report.member_stats["w-1"] == TableStats(cpu_usage=0.0, memory_usage=0.0)
 
         async def cpu_of_w0(accept: Callable[[float], bool]) -> float | None:
             report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
@@ -169,7 +169,7 @@ async def test_the_collector_notices_metrics_k8s_io_going_and_coming(
         install_pod_metrics_api(dev_cluster, wait_for)  # as if metrics-server were installed
         publish_pod_metrics(kubectl, namespace, "w-0", cpu="50m", memory="64Mi")
 
-        async def discovered() -> GrainMemberStats | None:
+        async def discovered() -> TableStats | None:
             report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
             return report.member_stats.get("w-0")
 
@@ -236,7 +236,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
             f"per-unit load from 2/3 pods (half-life 2s) (m-2: cannot scrape {silent_url}: "
         )
         grains = await collector.member_stats(namespace, pods, spec, grain_types=["Cart"])
-        assert grains.member_stats["m-0"] == GrainMemberStats(
+        assert grains.member_stats["m-0"] == TableStats(
             cpu_usage=10.0,
             memory_usage=12.5,
             available_memory=448 * MiB,

@@ -17,7 +17,11 @@ from apportion.api.placement_table import (
     TableMember,
     TableStats,
 )
-from apportion.engine.grains import NoCompatibleMember, PlacementError, StatelessWorkerAtCapacity
+from apportion.engine.grains import (
+    NoCompatibleMember,
+    PlacementError,
+    StatelessWorkerAtCapacity,
+)
 from apportion.grains import NoPlacementTable, PlacementDirector
 
 ZONES = "aabbccdd"

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
+from apportion.api.placement_table import TableMember
 from apportion.engine.grains import (
-    GrainMember,
     GrainSpecError,
     NoCompatibleMember,
     PlacementContext,
@@ -19,12 +19,12 @@ from apportion.engine.grains import (
 
 TABLE = PlacementTable(
     [
-        GrainMember("a1", {"region": "eu", "zone": "eu-1", "rack": "r1"}),
-        GrainMember("a2", {"region": "eu", "zone": "eu-1", "rack": "r2"}),
-        GrainMember("a3", {"region": "eu", "zone": "eu-2", "rack": "r1"}),
-        GrainMember("b1", {"region": "us", "zone": "us-1", "rack": "r1"}),
-        GrainMember("b2", {"region": "us", "zone": "us-1"}),
-        GrainMember("c1", {}),
+        TableMember(name="a1", labels={"region": "eu", "zone": "eu-1", "rack": "r1"}),
+        TableMember(name="a2", labels={"region": "eu", "zone": "eu-1", "rack": "r2"}),
+        TableMember(name="a3", labels={"region": "eu", "zone": "eu-2", "rack": "r1"}),
+        TableMember(name="b1", labels={"region": "us", "zone": "us-1", "rack": "r1"}),
+        TableMember(name="b2", labels={"region": "us", "zone": "us-1"}),
+        TableMember(name="c1", labels={}),
     ]
 )
 ALL = tuple(range(len(TABLE)))

@@ -7,8 +7,8 @@ import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apportion.api.placement_table import TableMember
 from apportion.engine.grains import (
-    GrainMember,
     HashRing,
     PlacementContext,
     PlacementTable,
@@ -30,7 +30,7 @@ def test_grain_hash_is_xxh3_64_of_the_utf8_id() -> None:
 
 def placements(name: str, members: list[str]) -> list[str]:
     strategy = make_grain_strategy({"name": name})
-    strategy.update(PlacementTable(GrainMember(m) for m in members))
+    strategy.update(PlacementTable(TableMember(name=m) for m in members))
     ctx = PlacementContext()
     return [strategy.place(g, ctx) for g in GRAINS]
 

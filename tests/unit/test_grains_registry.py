@@ -11,6 +11,7 @@ import pytest
 
 from apportion.api.graintype import GrainStrategySpec
 from apportion.api.graintype import PlacementFilter as PlacementFilterSpec
+from apportion.api.placement_table import TableMember
 from apportion.engine.grains import (
     BUILTIN_STRATEGIES,
     DEFAULT_GRAIN_STRATEGY,
@@ -20,7 +21,6 @@ from apportion.engine.grains import (
     CandidateView,
     ConsistentHashBasedPlacement,
     GrainFilter,
-    GrainMember,
     GrainSpecError,
     GrainStrategy,
     PlacementContext,
@@ -182,7 +182,7 @@ def plugins(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.usefixtures("plugins")
 def test_custom_strategies_and_filters_come_from_entry_points() -> None:
-    table = PlacementTable(GrainMember(f"w{i}") for i in range(5))
+    table = PlacementTable(TableMember(name=f"w{i}") for i in range(5))
     api_form = {
         "name": "Custom",
         "custom": {"entryPoint": "Sticky", "parameters": {"member": "w3"}},

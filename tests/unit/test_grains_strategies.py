@@ -12,11 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from apportion.api.placement_table import TableMember, TableStats
 from apportion.engine.grains import (
     BUILTIN_STRATEGIES,
     ActivationCountBasedPlacement,
-    GrainMember,
-    GrainMemberStats,
     NoCompatibleMember,
     PlacementContext,
     PlacementError,
@@ -39,7 +38,7 @@ def spec_for(name: str) -> dict[str, object]:
 
 
 stats_strategy = st.builds(
-    GrainMemberStats,
+    TableStats,
     cpu_usage=st.floats(0, 100),
     memory_usage=st.floats(0, 100),
     available_memory=st.integers(0, 4 * GIB),
@@ -54,10 +53,13 @@ stats_strategy = st.builds(
 def tables(draw: st.DrawFn) -> PlacementTable:
     count = draw(st.integers(1, 12))
     members = [
-        GrainMember(
-            f"w{i:02d}",
-            {"zone": draw(st.sampled_from("abc")), ROLE: draw(st.sampled_from(["web", "db"]))},
-            draw(st.none() | stats_strategy),
+        TableMember(
+            name=f"w{i:02d}",
+            labels={
+                "zone": draw(st.sampled_from("abc")),
+                ROLE: draw(st.sampled_from(["web", "db"])),
+            },
+            stats=draw(st.none() | stats_strategy),
         )
         for i in range(count)
     ]
@@ -138,7 +140,7 @@ def test_local_strategies_stay_local(data: st.DataObject, name: str) -> None:
 
 
 def test_prefer_local_falls_back_to_random_when_local_is_not_compatible() -> None:
-    table = PlacementTable(GrainMember(f"w{i}") for i in range(4))
+    table = PlacementTable(TableMember(name=f"w{i}") for i in range(4))
     strategy = make_grain_strategy({"name": "PreferLocal"}, rng=random.Random(1))
     strategy.update(table)
     placed = Counter(strategy.place(f"g{i}", PlacementContext("elsewhere")) for i in range(400))
@@ -146,7 +148,7 @@ def test_prefer_local_falls_back_to_random_when_local_is_not_compatible() -> Non
 
 
 def test_random_is_uniform_enough() -> None:
-    table = PlacementTable(GrainMember(f"w{i}") for i in range(10))
+    table = PlacementTable(TableMember(name=f"w{i}") for i in range(10))
     strategy = make_grain_strategy({"name": "Random"}, rng=random.Random(5))
     strategy.update(table)
     placed = Counter(strategy.place(f"g{i}", PlacementContext()) for i in range(10_000))
@@ -159,7 +161,7 @@ def test_random_is_uniform_enough() -> None:
 
 def test_stateless_worker_is_local_until_max_local() -> None:
     table = PlacementTable(
-        [GrainMember("w0", stats=GrainMemberStats(cpu_count=3)), GrainMember("w1")]
+        [TableMember(name="w0", stats=TableStats(cpu_count=3)), TableMember(name="w1")]
     )
     default = make_grain_strategy({"name": "StatelessWorker"})
     default.update(table)
@@ -189,10 +191,10 @@ def test_stateless_worker_is_local_until_max_local() -> None:
 def role_table() -> PlacementTable:
     return PlacementTable(
         [
-            GrainMember("w0", {ROLE: "web"}),
-            GrainMember("w1", {ROLE: "web"}),
-            GrainMember("w2", {ROLE: "db"}),
-            GrainMember("w3", {"tier": "gpu"}),
+            TableMember(name="w0", labels={ROLE: "web"}),
+            TableMember(name="w1", labels={ROLE: "web"}),
+            TableMember(name="w2", labels={ROLE: "db"}),
+            TableMember(name="w3", labels={"tier": "gpu"}),
         ]
     )
 
@@ -229,7 +231,7 @@ def test_hash_based_is_the_sorted_mod_n_of_orleans(names: list[str]) -> None:
     import xxhash
 
     strategy = make_grain_strategy({"name": "HashBased"})
-    strategy.update(PlacementTable(GrainMember(n) for n in names))
+    strategy.update(PlacementTable(TableMember(name=n) for n in names))
     ordered = sorted(names)
     for grain in ("a", "cart/42", "ü-ñ"):
         expected = (xxhash.xxh3_64_intdigest(grain.encode()) & 0x7FFFFFFF) % len(ordered)
@@ -241,9 +243,9 @@ def test_hash_based_is_the_sorted_mod_n_of_orleans(names: list[str]) -> None:
 
 def counted(counts: list[int], overloaded: frozenset[int] = frozenset()) -> PlacementTable:
     return PlacementTable(
-        GrainMember(
-            f"w{i}",
-            stats=GrainMemberStats(activation_count=c, cpu_usage=99.0 if i in overloaded else 1),
+        TableMember(
+            name=f"w{i}",
+            stats=TableStats(activation_count=c, cpu_usage=99.0 if i in overloaded else 1),
         )
         for i, c in enumerate(counts)
     )
@@ -278,7 +280,9 @@ def test_overloaded_members_get_nothing_and_all_overloaded_fails() -> None:
 
 def test_without_any_statistics_activation_count_places_locally() -> None:
     strategy = ActivationCountBasedPlacement(rng=random.Random(0))
-    strategy.update(PlacementTable([GrainMember("w0"), GrainMember("w1"), GrainMember("w2")]))
+    strategy.update(
+        PlacementTable([TableMember(name="w0"), TableMember(name="w1"), TableMember(name="w2")])
+    )
     assert {strategy.place(f"g{i}", PlacementContext("w1")) for i in range(50)} == {"w1"}
     spread = {strategy.place(f"g{i}", PlacementContext("outsider")) for i in range(200)}
     assert spread == {"w0", "w1", "w2"}
@@ -288,9 +292,9 @@ def test_members_without_statistics_are_the_fallback_only() -> None:
     strategy = ActivationCountBasedPlacement(rng=random.Random(0))
     table = PlacementTable(
         [
-            GrainMember("w0", stats=GrainMemberStats(activation_count=500)),
-            GrainMember("w1"),
-            GrainMember("w2"),
+            TableMember(name="w0", stats=TableStats(activation_count=500)),
+            TableMember(name="w1"),
+            TableMember(name="w2"),
         ]
     )
     strategy.update(table)
@@ -315,7 +319,7 @@ def test_explain_changes_no_state_and_shows_every_eligible_member() -> None:
 
 
 def test_resource_score_matches_orleans_formula() -> None:
-    stats = GrainMemberStats(
+    stats = TableStats(
         cpu_usage=50.0,
         memory_usage=40.0,
         available_memory=1 * GIB,
@@ -330,9 +334,9 @@ def test_resource_score_matches_orleans_formula() -> None:
 
 def resource_table(cpus: list[float], overloaded: frozenset[int] = frozenset()) -> PlacementTable:
     return PlacementTable(
-        GrainMember(
-            f"w{i}",
-            stats=GrainMemberStats(
+        TableMember(
+            name=f"w{i}",
+            stats=TableStats(
                 cpu_usage=cpu,
                 memory_usage=cpu,
                 available_memory=int(4 * GIB * (1 - cpu / 100)),
@@ -436,7 +440,7 @@ def test_accounted_scores_are_what_the_choice_compares() -> None:
 
 def test_resource_optimized_without_statistics_is_random() -> None:
     strategy = ResourceOptimizedPlacement(rng=random.Random(1))
-    strategy.update(PlacementTable(GrainMember(f"w{i}") for i in range(5)))
+    strategy.update(PlacementTable(TableMember(name=f"w{i}") for i in range(5)))
     assert len({strategy.place(f"g{i}", PlacementContext("w0")) for i in range(200)}) == 5
 
 

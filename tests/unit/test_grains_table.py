@@ -1,19 +1,20 @@
-"""PlacementTable, GrainMemberStats and load shedding."""
+"""PlacementTable, TableStats and load shedding."""
 
 from __future__ import annotations
 
 import pytest
 
+from apportion.api.placement_table import TableMember, TableStats
 from apportion.engine.grains import (
-    GrainMember,
-    GrainMemberStats,
     LoadSheddingThresholds,
     PlacementTable,
 )
 
 
 def test_members_are_sorted_by_name_and_indexed() -> None:
-    table = PlacementTable([GrainMember("b"), GrainMember("c"), GrainMember("a")], version=4)
+    table = PlacementTable(
+        [TableMember(name="b"), TableMember(name="c"), TableMember(name="a")], version=4
+    )
     assert table.names == ("a", "b", "c")
     assert table.index["c"] == 2
     assert table.member("b").name == "b"
@@ -23,7 +24,7 @@ def test_members_are_sorted_by_name_and_indexed() -> None:
 
 def test_duplicate_names_are_rejected() -> None:
     with pytest.raises(ValueError, match=r"duplicate member names.*'a'"):
-        PlacementTable([GrainMember("a"), GrainMember("b"), GrainMember("a")])
+        PlacementTable([TableMember(name="a"), TableMember(name="b"), TableMember(name="a")])
 
 
 @pytest.mark.parametrize(
@@ -38,26 +39,27 @@ def test_duplicate_names_are_rejected() -> None:
 def test_load_shedding_thresholds_are_strict(
     cpu: float, memory: float, flag: bool, overloaded: bool
 ) -> None:
-    stats = GrainMemberStats(cpu_usage=cpu, memory_usage=memory, overloaded=flag)
-    table = PlacementTable([GrainMember("a", stats=stats), GrainMember("b")])
+    stats = TableStats(cpu_usage=cpu, memory_usage=memory, overloaded=flag)
+    table = PlacementTable([TableMember(name="a", stats=stats), TableMember(name="b")])
     assert table.overloaded == (overloaded, False)
     assert table.has_stats == (True, False)
 
 
 def test_disabled_load_shedding_keeps_only_the_members_own_flag() -> None:
     shedding = LoadSheddingThresholds.from_dict({"enabled": False})
-    busy = GrainMemberStats(cpu_usage=100.0, memory_usage=100.0)
-    flagged = GrainMemberStats(overloaded=True)
+    busy = TableStats(cpu_usage=100.0, memory_usage=100.0)
+    flagged = TableStats(overloaded=True)
     table = PlacementTable(
-        [GrainMember("a", stats=busy), GrainMember("b", stats=flagged)], load_shedding=shedding
+        [TableMember(name="a", stats=busy), TableMember(name="b", stats=flagged)],
+        load_shedding=shedding,
     )
     assert table.overloaded == (False, True)
 
 
 def test_custom_thresholds() -> None:
     shedding = LoadSheddingThresholds.from_dict({"cpuThreshold": 50, "memoryThreshold": 60})
-    assert shedding.is_overloaded(GrainMemberStats(cpu_usage=51.0))
-    assert not shedding.is_overloaded(GrainMemberStats(cpu_usage=49.0, memory_usage=59.0))
+    assert shedding.is_overloaded(TableStats(cpu_usage=51.0))
+    assert not shedding.is_overloaded(TableStats(cpu_usage=49.0, memory_usage=59.0))
     assert not shedding.is_overloaded(None)
     with pytest.raises(ValueError, match=r"0\.\.100"):
         LoadSheddingThresholds(cpu_threshold=120.0)
@@ -100,4 +102,4 @@ def test_from_dict_reads_the_camel_case_table() -> None:
 )
 def test_impossible_statistics_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError):
-        GrainMemberStats(**kwargs)  # type: ignore[arg-type]
+        TableStats(**kwargs)  # type: ignore[arg-type]

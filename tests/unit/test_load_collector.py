@@ -12,12 +12,12 @@ from aiohttp import web
 from lightkube import AsyncClient, KubeConfig
 
 from apportion.api.common import MetricsSpec
+from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_metrics import WorkerMetrics
 from apportion.controllers.load_collector import MetricsCollector, scrape_url
-from apportion.engine.grains.table import GrainMemberStats
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -307,7 +307,7 @@ async def test_member_stats_from_what_workers_report(
     assert report.source is MetricsSource.WORKER_LOAD
     assert report.message == "worker figures from 2/2 pods"
     assert report.unit_loads is None
-    assert report.member_stats["limited"] == GrainMemberStats(
+    assert report.member_stats["limited"] == TableStats(
         cpu_usage=40.0,
         memory_usage=25.0,
         available_memory=768 << 20,

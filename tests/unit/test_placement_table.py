@@ -26,7 +26,11 @@ from apportion.api.placement_table import (
     from_configmap,
     to_configmap,
 )
-from apportion.engine.grains import PlacementContext, PlacementTable, make_grain_strategy
+from apportion.engine.grains import (
+    PlacementContext,
+    PlacementTable,
+    make_grain_strategy,
+)
 
 GIB = 1 << 30
 

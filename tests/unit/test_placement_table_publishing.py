@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from apportion.api.graintype import GrainType
-from apportion.api.placement_table import ChangeKind
+from apportion.api.placement_table import ChangeKind, TableStats
 from apportion.api.pods import WorkerPod
 from apportion.controllers.graintypes.document import (
     build_document,
@@ -19,7 +19,6 @@ from apportion.controllers.graintypes.document import (
     problems,
 )
 from apportion.controllers.graintypes.gate import PublishGate
-from apportion.engine.grains import GrainMemberStats
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -46,7 +45,7 @@ def pod(i: int, *, ready: bool = True, terminating: bool = False, **labels) -> W
     )
 
 
-def stats(**kw) -> GrainMemberStats:
+def stats(**kw) -> TableStats:
     base = {
         "cpu_usage": 40.123456,
         "memory_usage": 25.0,
@@ -55,7 +54,7 @@ def stats(**kw) -> GrainMemberStats:
         "activation_count": 10,
         "cpu_count": 2,
     }
-    return GrainMemberStats(**{**base, **kw})
+    return TableStats(**{**base, **kw})
 
 
 def test_table_lists_compatible_members_sorted_with_labels_address_and_stats() -> None:

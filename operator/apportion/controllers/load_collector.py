@@ -11,7 +11,7 @@ PodMetrics are listed once per `resource_interval`.
 
     report = await collector.unit_loads(namespace, set_name, pods, spec.metrics)
     report.unit_loads    # {"17": 3.2, ...} smoothed per-unit load, or None: balance unit counts
-    report.member_stats  # {"worker-0": GrainMemberStats(...)} for pods with any figure
+    report.member_stats  # {"worker-0": TableStats(...)} for pods with any figure
     report.source        # MetricsSource, for status.metricsSource
     report.message       # one sentence for a condition: what was used, what is missing and why
 
@@ -46,6 +46,7 @@ from lightkube.generic_resource import create_namespaced_resource
 
 from apportion import __version__
 from apportion.api.common import MetricsSpec, ScrapeSpec, format_duration
+from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import (
     PodResources,
@@ -54,7 +55,6 @@ from apportion.api.resource_metrics import (
 )
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_metrics import ExpositionError, WorkerMetrics
-from apportion.engine.grains.table import GrainMemberStats
 from apportion.engine.smoothing import ResourceSmoother, UnitLoadSmoother
 
 PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
@@ -71,7 +71,7 @@ class LoadReport:
     unit_loads: Mapping[str, float] | None
     """Unit → smoothed load summed over the pods reporting it; None when no pod reported any
     (the planner balances counts). Units no pod reports are absent."""
-    member_stats: Mapping[str, GrainMemberStats]
+    member_stats: Mapping[str, TableStats]
     """Pod name → smoothed statistics, for pods with at least one figure."""
     source: MetricsSource
     message: str
@@ -445,10 +445,10 @@ class MetricsCollector:
         readings: _Readings,
         grain_types: Collection[str] | None,
         now: float,
-    ) -> tuple[dict[str, GrainMemberStats], int]:
+    ) -> tuple[dict[str, TableStats], int]:
         """Fold new samples into each pod's Kalman state, then pick per figure the source this
         spec allows (PodMetrics first); returns the stats and how many used PodMetrics."""
-        stats: dict[str, GrainMemberStats] = {}
+        stats: dict[str, TableStats] = {}
         from_pod_metrics = 0
         for pod in pods:
             key = (namespace, pod.name, pod.uid)
@@ -533,8 +533,8 @@ def _combine(
     usage: ResourceUsage | None,
     worker: WorkerMetrics | None,
     grain_types: Collection[str] | None,
-) -> tuple[GrainMemberStats | None, bool]:
-    """One pod's GrainMemberStats from its smoothed figures; PodMetrics (measured by the platform)
+) -> tuple[TableStats | None, bool]:
+    """One pod's TableStats from its smoothed figures; PodMetrics (measured by the platform)
     wins over what the worker says about itself, figure by figure."""
     pod_source = member.pod if usage is not None else None
     worker_source = member.worker if worker is not None else None
@@ -565,7 +565,7 @@ def _combine(
         )
     cpu_limit = pod.resources.cpu_limit_cores
     cpu_count = (worker.cpu_count if worker else None) or (math.ceil(cpu_limit) if cpu_limit else 1)
-    stats = GrainMemberStats(
+    stats = TableStats(
         cpu_usage=max(cpu or 0.0, 0.0),
         memory_usage=100.0 * memory / limit if memory is not None and limit else 0.0,
         available_memory=round(available or 0),

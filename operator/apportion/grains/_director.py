@@ -90,9 +90,7 @@ class _Placer:
         self.doc = doc
         if self.strategy is not None:
             # A new table version resets the strategy's optimistic increments.
-            self.strategy.update(
-                PlacementTable.from_dict(doc.model_dump(mode="json", by_alias=True))
-            )
+            self.strategy.update(PlacementTable.from_document(doc))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,9 @@ from apportion.api.placement_table import (
     configmap_name,
 )
 from apportion.api.pods import WorkerPod
-from apportion.engine.grains import GrainMemberStats, LoadSheddingThresholds
+from apportion.engine.grains import (
+    LoadSheddingThresholds,
+)
 
 LOAD_AWARE = frozenset(
     {GrainStrategyName.ACTIVATION_COUNT_BASED, GrainStrategyName.RESOURCE_OPTIMIZED}
@@ -35,18 +37,16 @@ def is_default(graintype: GrainType) -> bool:
     return graintype.metadata.name == DEFAULT_GRAIN_TYPE
 
 
-def member_stats(stats: GrainMemberStats, shedding: LoadSheddingThresholds) -> TableStats:
+def member_stats(stats: TableStats, shedding: LoadSheddingThresholds) -> TableStats:
     """The published statistics of one member: the collector's smoothed figures (rounded, so
     the table does not carry noise digits), with the load-shedding thresholds applied to the
     overloaded flag so that readers need not know them."""
-    return TableStats(
-        cpu_usage=round(stats.cpu_usage, 2),
-        memory_usage=round(stats.memory_usage, 2),
-        available_memory=stats.available_memory,
-        max_available_memory=stats.max_available_memory,
-        activation_count=stats.activation_count,
-        cpu_count=stats.cpu_count,
-        overloaded=shedding.is_overloaded(stats),
+    return stats.model_copy(
+        update={
+            "cpu_usage": round(stats.cpu_usage, 2),
+            "memory_usage": round(stats.memory_usage, 2),
+            "overloaded": shedding.is_overloaded(stats),
+        }
     )
 
 
@@ -59,7 +59,7 @@ def counted_grain_types(graintype: GrainType) -> list[str] | None:
 def build_document(
     graintype: GrainType,
     members: Iterable[WorkerPod],
-    stats: Mapping[str, GrainMemberStats],
+    stats: Mapping[str, TableStats],
     *,
     version: int,
     now: datetime,

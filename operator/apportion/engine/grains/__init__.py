@@ -60,8 +60,6 @@ from .simulation import (
 )
 from .table import (
     DEFAULT_LOAD_SHEDDING,
-    GrainMember,
-    GrainMemberStats,
     LoadSheddingThresholds,
     PlacementTable,
 )
@@ -84,8 +82,6 @@ __all__ = [
     "Explanation",
     "FilterStep",
     "GrainFilter",
-    "GrainMember",
-    "GrainMemberStats",
     "GrainSpecError",
     "GrainStrategy",
     "HashBasedPlacement",

@@ -9,12 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
+from apportion.api.placement_table import TableStats
+
 from .base import CandidateView, GrainStrategy
 from .basic import positive_int
 from .context import PlacementContext
 from .errors import GrainSpecError, NoCompatibleMember
 from .filters import GrainFilter
-from .table import GrainMemberStats, PlacementTable
+from .table import (
+    PlacementTable,
+)
 from .trace import Trace
 
 
@@ -229,7 +233,7 @@ def _own_terms(
 
 
 def resource_terms(
-    stats: GrainMemberStats, max_max_available_memory: int, max_activation_count: int
+    stats: TableStats, max_max_available_memory: int, max_activation_count: int
 ) -> tuple[float, float, float, float, float]:
     """The five normalised terms of Orleans' ResourceOptimized score, each in 0..1, higher =
     busier: cpu, memory usage, 1 - available/max, 1 - max/largest max, count/largest count."""

@@ -15,10 +15,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from apportion.api.placement_table import TableMember, TableStats
+
 from .context import PlacementContext
 from .errors import PlacementError
 from .registry import make_grain_strategy
-from .table import GrainMember, GrainMemberStats, PlacementTable
+from .table import (
+    PlacementTable,
+)
 
 _GIB = 1 << 30
 
@@ -42,9 +46,10 @@ class LoadModel:
     max_available_memory: int = 4 * _GIB
     cpu_count: int = 4
 
-    def stats(self, activations: int) -> GrainMemberStats:
+    def stats(self, activations: int) -> TableStats:
         memory = min(100.0, activations * self.memory_per_activation)
-        return GrainMemberStats(
+        # Values this model computes within their bounds: skip validation on this hot path.
+        return TableStats.model_construct(
             cpu_usage=min(100.0, activations * self.cpu_per_activation),
             memory_usage=memory,
             available_memory=int(self.max_available_memory * (1.0 - memory / 100.0)),
@@ -141,7 +146,9 @@ def simulate_activations(
         nonlocal version
         table = PlacementTable(
             (
-                GrainMember(name, member_labels[i], load.stats(counts[i]))
+                TableMember.model_construct(
+                    name=name, labels=member_labels[i], stats=load.stats(counts[i])
+                )
                 for i, name in enumerate(names)
             ),
             version=version,

@@ -1,72 +1,16 @@
 """The immutable snapshot a grain strategy places against: members sorted by name, with their
-metadata (pod labels) and smoothed load statistics, as the operator publishes it."""
+metadata (pod labels) and smoothed load statistics, as the operator publishes them: the
+members are the published table's own `TableMember`s (apportion.api.placement_table), one type
+for a member of a grain table from the operator to the strategies."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-_EMPTY_LABELS: Mapping[str, str] = MappingProxyType({})
-
-
-@dataclass(frozen=True, slots=True)
-class GrainMemberStats:
-    """Smoothed statistics of one member (the operator smooths CPU and memory with
-    `DualModeKalmanFilter` before publishing)."""
-
-    cpu_usage: float = 0.0
-    """Percent of the member's CPU in use, 0..100."""
-    memory_usage: float = 0.0
-    """Percent of the member's memory limit in use, 0..100."""
-    available_memory: int = 0
-    """Bytes still available to the member."""
-    max_available_memory: int = 0
-    """Bytes the member may use at most (its memory limit)."""
-    activation_count: int = 0
-    cpu_count: int = 1
-    overloaded: bool = False
-    """Set by the member itself (or the operator); load shedding thresholds add to it."""
-
-    def __post_init__(self) -> None:
-        if min(self.cpu_usage, self.memory_usage) < 0:
-            raise ValueError("cpu_usage and memory_usage must be >= 0")
-        if min(self.available_memory, self.max_available_memory, self.activation_count) < 0:
-            raise ValueError("memory sizes and activation_count must be >= 0")
-        if self.cpu_count < 1:
-            raise ValueError("cpu_count must be >= 1")
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GrainMemberStats:
-        """Read the camelCase form used in placement tables."""
-        return cls(
-            cpu_usage=float(data.get("cpuUsage", 0.0)),
-            memory_usage=float(data.get("memoryUsage", 0.0)),
-            available_memory=int(data.get("availableMemory", 0)),
-            max_available_memory=int(data.get("maxAvailableMemory", 0)),
-            activation_count=int(data.get("activationCount", 0)),
-            cpu_count=int(data.get("cpuCount", 1)),
-            overloaded=bool(data.get("overloaded", False)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class GrainMember:
-    """One compatible member (worker pod). `stats` is None until it has reported any."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY_LABELS)
-    stats: GrainMemberStats | None = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> GrainMember:
-        stats = data.get("stats")
-        return cls(
-            name=str(data["name"]),
-            labels=MappingProxyType(dict(data.get("labels") or {})),
-            stats=None if stats is None else GrainMemberStats.from_dict(stats),
-        )
+from apportion.api.placement_table import PlacementTableDocument, TableMember, TableStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +38,7 @@ class LoadSheddingThresholds:
             enabled=bool(data.get("enabled", True)),
         )
 
-    def is_overloaded(self, stats: GrainMemberStats | None) -> bool:
+    def is_overloaded(self, stats: TableStats | None) -> bool:
         if stats is None:
             return False
         return stats.overloaded or (
@@ -121,7 +65,7 @@ class PlacementTable:
         "version",
     )
 
-    members: tuple[GrainMember, ...]
+    members: tuple[TableMember, ...]
     names: tuple[str, ...]
     index: Mapping[str, int]
     overloaded: tuple[bool, ...]
@@ -132,7 +76,7 @@ class PlacementTable:
 
     def __init__(
         self,
-        members: Iterable[GrainMember],
+        members: Iterable[TableMember],
         *,
         version: str | int = 0,
         load_shedding: LoadSheddingThresholds = DEFAULT_LOAD_SHEDDING,
@@ -158,11 +102,22 @@ class PlacementTable:
         """Read `{version, members: [{name, labels, stats: {cpuUsage, ...}}], loadShedding}`."""
         shedding = data.get("loadShedding")
         return cls(
-            (GrainMember.from_dict(m) for m in data.get("members", ())),
+            (TableMember.model_validate(m) for m in data.get("members", ())),
             version=data.get("version", 0),
             load_shedding=DEFAULT_LOAD_SHEDDING
             if shedding is None
             else LoadSheddingThresholds.from_dict(shedding),
+        )
+
+    @classmethod
+    def from_document(cls, doc: PlacementTableDocument) -> PlacementTable:
+        """The snapshot of a published table, its members as they are."""
+        return cls(
+            doc.members,
+            version=doc.version,
+            load_shedding=LoadSheddingThresholds.from_dict(
+                doc.load_shedding.model_dump(by_alias=True)
+            ),
         )
 
     def __len__(self) -> int:
@@ -171,7 +126,7 @@ class PlacementTable:
     def __repr__(self) -> str:
         return f"PlacementTable(version={self.version!r}, members={list(self.names)!r})"
 
-    def member(self, name: str) -> GrainMember:
+    def member(self, name: str) -> TableMember:
         return self.members[self.index[name]]
 
 
