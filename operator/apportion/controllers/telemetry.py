@@ -183,8 +183,6 @@ _SET_METRICS = (
     MEMBER_LOAD,
     API_ERRORS,
 )
-_members: dict[tuple[str, str, str], set[str]] = {}
-"""Set labels → members with per-member series, to remove the series of members that left."""
 
 
 def serve(address: str) -> None:
@@ -220,7 +218,8 @@ def record_members(
     loads: Mapping[str, float] | None,
 ) -> None:
     """Per-member units (and loads, when the set has them); drops the series of members gone."""
-    previous = _members.get(labels, set())
+    # The registry is the record of which members have series: no bookkeeping beside it.
+    previous = {key[3] for key in _label_values(MEMBER_UNITS) if key[:3] == labels}
     for member in previous - units.keys():
         MEMBER_UNITS.remove(*labels, member)
         if loads is None or member not in loads:
@@ -231,12 +230,10 @@ def record_members(
             MEMBER_LOAD.labels(*labels, member).set(loads.get(member, 0.0))
         else:
             _remove(MEMBER_LOAD, (*labels, member))
-    _members[labels] = set(units)
 
 
 def forget_set(labels: tuple[str, str, str]) -> None:
     """The set is gone: remove every series labelled with it."""
-    _members.pop(labels, None)
     for metric in _SET_METRICS:
         for key in list(_label_values(metric)):
             if key[: len(labels)] == labels:
