@@ -7,13 +7,12 @@ the jars `fetch-jars.sh` caches: for tests and benchmarks, never for production.
 Start: `StorageTool random-uuid`, `StorageTool format`, then `kafka.Kafka server.properties`,
 on two free loopback ports (clients, controller); ready once the broker logs that it started
 and its client port accepts connections. Stop: SIGTERM (a controlled shutdown), SIGKILL after
-`stop_timeout`. Run alone (`python integrations/kafka/kafka_broker.py DIR`) it serves until
-Ctrl-C and prints its bootstrap address.
+`stop_timeout`. Run alone (`python integrations/kafka/kafka_broker.py DIR`) it prints its
+bootstrap address and serves until SIGINT (Ctrl-C) or SIGTERM, either of which stops the JVM.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import signal
@@ -184,11 +183,23 @@ class KafkaBroker:
         return self.process.returncode
 
 
+def _exit(signum: int, _: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main() -> None:
     workdir = Path(sys.argv[1] if len(sys.argv) > 1 else "kafka-broker")
+    # Both stop the broker (the `with` below shuts the JVM down), also when started in the
+    # background, where a shell starts it with SIGINT ignored and Python keeps it that way.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit)
     with KafkaBroker(workdir) as broker:
-        print(f"Kafka {kafka_version()} on {broker.bootstrap} (log {broker.log}); Ctrl-C stops it")
-        with contextlib.suppress(KeyboardInterrupt):
+        # Flushed: with the output redirected to a file, nothing would appear until exit.
+        print(
+            f"Kafka {kafka_version()} on {broker.bootstrap} (log {broker.log}); Ctrl-C stops it",
+            flush=True,
+        )
+        while True:
             signal.pause()
 
 

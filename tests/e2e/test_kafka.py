@@ -12,8 +12,10 @@ when its serving lease ran out, before their new owners started (docs/handoff.md
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
@@ -414,3 +416,39 @@ def _moved(log: list[Ownership], pod: str, since: float) -> set[str]:
     """Of the units `pod` served at `since`, those another pod acquired after it."""
     taken = {o.unit for o in log if o.action == "acquire" and o.pod != pod and o.time > since}
     return _held(log, pod, since) & taken
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_broker_script_run_in_the_background_says_where_it_is_and_stops_its_jvm(
+    stop: signal.Signals, tmp_path: Any, wait_for: Any
+) -> None:
+    """As a user starts it from docs/kafka.md: `python kafka_broker.py DIR > log &` — the shell
+    starts a background job with SIGINT ignored, and the output goes to a file."""
+    script = sys.modules[KafkaBroker.__module__].__file__
+    out = tmp_path / "broker.out"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    with out.open("w") as sink:
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(tmp_path / "kafka")],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+            start_new_session=True,  # its own process group: nothing outlives the test
+        )
+    try:
+        wait_for(lambda: "127.0.0.1:" in out.read_text(), 120, "the script printing its address")
+        (jvm,) = (
+            int(p)
+            for p in subprocess.run(
+                ["pgrep", "-P", str(process.pid)], capture_output=True, text=True
+            ).stdout.split()
+        )
+        process.send_signal(stop)
+        assert process.wait(timeout=60) == 128 + stop
+        wait_for(lambda: not os.path.exists(f"/proc/{jvm}"), 30, "the Kafka JVM to exit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from apportion.kafka import ConsumerListener
 from apportion.kafka._consumer import PartitionConsumer
 from apportion.worker import Worker
 
@@ -30,7 +31,9 @@ class _Kafka:
         pass
 
 
-def _consumer(lease_holds: bool, owner: str) -> tuple[PartitionConsumer, _Kafka]:
+def _consumer(
+    lease_holds: bool, owner: str, listener: ConsumerListener | None = None
+) -> tuple[PartitionConsumer, _Kafka]:
     consumer = PartitionConsumer(
         "orders",
         lambda record: asyncio.sleep(0),
@@ -38,6 +41,7 @@ def _consumer(lease_holds: bool, owner: str) -> tuple[PartitionConsumer, _Kafka]
         bootstrap_servers="127.0.0.1:1",
         group_id="orders",
         worker_options={"namespace": "ns", "pod_name": "c-0"},
+        listener=listener,
     )
     kafka = _Kafka()
     consumer._consumer = kafka  # type: ignore[assignment]
@@ -46,11 +50,22 @@ def _consumer(lease_holds: bool, owner: str) -> tuple[PartitionConsumer, _Kafka]
     table = SimpleNamespace(
         units={"3": SimpleNamespace(owner=owner, epoch=4 if owner == "c-0" else 9)}
     )
-    consumer.worker.__class__ = type("_Worker", (Worker,), {"table": table})
+    consumer.worker.__class__ = type("_Worker", (Worker,), {"table": table, "epoch": 9})
     consumer.positions, consumer.committed = {3: 120}, {3: 100}
     consumer._tokens[3] = 4
-    consumer._log_commit = lambda partition, offset: None  # type: ignore[method-assign]
     return consumer, kafka
+
+
+async def release(consumer: PartitionConsumer) -> None:
+    async def loop() -> None:  # the consuming loop's part that applies changes
+        while True:
+            await consumer._run(await consumer._changes.get())
+
+    consumer._loop_task = asyncio.create_task(loop())
+    try:
+        await consumer._on_release(frozenset({"3"}), 9)
+    finally:
+        consumer._loop_task.cancel()
 
 
 @pytest.mark.parametrize(
@@ -69,17 +84,8 @@ async def test_a_release_commits_only_within_its_lease_and_ownership(
     lease_holds: bool, owner: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     consumer, kafka = _consumer(lease_holds, owner)
-
-    async def loop() -> None:  # the consuming loop's part that applies changes
-        while True:
-            await consumer._run(await consumer._changes.get())
-
-    consumer._loop_task = asyncio.create_task(loop())
-    try:
-        with caplog.at_level(logging.INFO, logger="apportion.kafka"):
-            await consumer._on_release(frozenset({"3"}), 9)
-    finally:
-        consumer._loop_task.cancel()
+    with caplog.at_level(logging.INFO, logger="apportion.kafka"):
+        await release(consumer)
     if lease_holds and owner == "c-0":
         assert [{tp.partition: o for tp, (o, _) in c.items()} for c in kafka.commits] == [{3: 120}]
         assert "release unit=3 epoch=9 token=4 pod=c-0 set=PartitionSet/orders offset=120" in (
@@ -93,3 +99,40 @@ async def test_a_release_commits_only_within_its_lease_and_ownership(
             caplog.text
         )
         assert "release unit=3" not in caplog.text
+
+
+class Recorder(ConsumerListener):
+    def __init__(self, fail: bool = False) -> None:
+        self.told: list[tuple] = []
+        self.fail = fail
+
+    def ownership(self, action, partition, epoch, token, offset) -> None:  # type: ignore[no-untyped-def]
+        self.told.append((action, partition, epoch, token, offset))
+        if self.fail:
+            raise RuntimeError("a listener bug")
+
+    def committed(self, partition, epoch, token, offset) -> None:  # type: ignore[no-untyped-def]
+        self.told.append(("committed", partition, token, offset))
+
+
+@pytest.mark.parametrize("owner", ["c-0", "c-1"])
+async def test_the_listener_hears_the_commit_and_the_release_or_the_stop(owner: str) -> None:
+    """As the Java consumer's Listener: the commit of a release, then the release with the
+    committed offset; a partition that was given away meanwhile is a stop with no commit."""
+    listener = Recorder()
+    consumer, _ = _consumer(True, owner, listener)
+    await release(consumer)
+    if owner == "c-0":
+        assert listener.told == [("committed", 3, 4, 120), ("release", 3, 9, 4, 120)]
+    else:
+        assert listener.told == [("stop", 3, 9, 4, 120)]
+
+
+async def test_a_failing_listener_does_not_stop_the_release(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    consumer, kafka = _consumer(True, "c-0", Recorder(fail=True))
+    with caplog.at_level(logging.INFO, logger="apportion.kafka"):
+        await release(consumer)
+    assert len(kafka.commits) == 1
+    assert "release unit=3 epoch=9" in caplog.text and "listener failed" in caplog.text

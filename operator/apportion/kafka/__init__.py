@@ -3,6 +3,6 @@ assigns exactly the partitions the set grants this pod, resumes each at its comm
 and commits before acknowledging a release. Sits on `apportion.worker`; needs the `kafka` extra
 (aiokafka)."""
 
-from apportion.kafka._consumer import PartitionConsumer, RecordHandler
+from apportion.kafka._consumer import ConsumerListener, PartitionConsumer, RecordHandler
 
-__all__ = ["PartitionConsumer", "RecordHandler"]
+__all__ = ["ConsumerListener", "PartitionConsumer", "RecordHandler"]

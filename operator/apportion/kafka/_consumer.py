@@ -76,6 +76,24 @@ class _Change:
     )
 
 
+class ConsumerListener:
+    """Told of every ownership change and commit of a `PartitionConsumer`, as the Java consumer's
+    `Listener` is: override what you need (per-partition state to load on acquire, to drop on
+    release). Called on the consuming loop, between records; an exception is logged, never
+    stops the consumer."""
+
+    def ownership(
+        self, action: str, partition: int, epoch: int, token: int | None, offset: int | None
+    ) -> None:
+        """`action`: acquire, release, stop (revoked, or a release seen after its own lease ran
+        out: nothing committed), suspend or resume (the serving lease ran out, held again);
+        `offset`: where it starts (acquire, resume), its committed offset (release), where it
+        stopped (stop, suspend); None when unknown."""
+
+    def committed(self, partition: int, epoch: int, token: int | None, offset: int) -> None:
+        """An offset committed, between hand-offs or on a release."""
+
+
 class PartitionConsumer:
     """Consumes the partitions of `topic` that PartitionSet `set_name` grants this pod.
 
@@ -85,7 +103,8 @@ class PartitionConsumer:
 
     `handle(record)` is awaited for each record, one at a time. `consumer_options` go to
     `aiokafka.AIOKafkaConsumer` (security, fetch sizes); `worker_options` to
-    `apportion.worker.Worker` (namespace, pod_name, port, client, ...).
+    `apportion.worker.Worker` (namespace, pod_name, port, client, ...). `listener` is told of
+    every acquire, release, stop, suspend, resume and commit (`ConsumerListener`).
     """
 
     def __init__(
@@ -99,8 +118,10 @@ class PartitionConsumer:
         commit_interval: float = 1.0,
         consumer_options: Mapping[str, Any] | None = None,
         worker_options: Mapping[str, Any] | None = None,
+        listener: ConsumerListener | None = None,
     ) -> None:
         self.topic = topic
+        self.listener = listener or ConsumerListener()
         self.handle = handle
         self.group_id = group_id
         self.commit_interval = commit_interval
@@ -227,6 +248,16 @@ class PartitionConsumer:
             w.set_name,
             "-" if offset is None else offset,
         )
+        self._tell(
+            self.listener.ownership, action, partition, epoch, self._tokens.get(partition), offset
+        )
+
+    @staticmethod
+    def _tell(callback: Callable[..., None], *args: Any) -> None:
+        try:
+            callback(*args)
+        except Exception:
+            logger.exception("The consumer's listener failed; consuming goes on")
 
     # -------------------------------------------------------------------- consuming loop
 
@@ -392,6 +423,7 @@ class PartitionConsumer:
             w.set_name,
             offset,
         )
+        self._tell(self.listener.committed, partition, w.epoch, self._tokens.get(partition), offset)
 
 
 def _log_failure(task: asyncio.Task[None]) -> None:
