@@ -73,8 +73,8 @@ postgres-deps:
 
 java: java-deps postgres-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f clients/java/pom.xml install
-	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/pekko/pom.xml verify
-	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml verify
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/pekko/pom.xml install
+	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml install
 
 bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py

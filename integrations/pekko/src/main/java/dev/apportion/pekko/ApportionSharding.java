@@ -6,8 +6,10 @@ import dev.apportion.client.AssignmentTable;
 import dev.apportion.client.UnitState;
 import dev.apportion.client.Worker;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CompletionStage;
@@ -85,21 +87,33 @@ public final class ApportionSharding<M> implements AutoCloseable {
   }
 
   /**
-   * The settings this integration needs, to put under the application's own: the member role
-   * {@code pod:$POD_NAME}, and no JVM shutdown hooks of Pekko's (Artery's would cut the
-   * connections at SIGTERM, CoordinatedShutdown's would leave before the hand-off: ours drains
-   * through apportion first, then runs Pekko's coordinated shutdown).
+   * The application's config with what this integration needs: the member role {@code
+   * pod:$POD_NAME} added to the application's own roles (HOCON lists do not merge, so a plain
+   * fallback would drop them and break {@code Entity.withRole}), and no JVM shutdown hooks of
+   * Pekko's (Artery's would cut the connections at SIGTERM, CoordinatedShutdown's would leave
+   * before the hand-off: ours drains through apportion first, then runs Pekko's coordinated
+   * shutdown).
    */
-  public static Config podConfig() {
+  public static Config podConfig(Config application) {
     String pod = System.getenv("POD_NAME");
     if (pod == null) {
       throw new IllegalStateException("POD_NAME must be set (downward API)");
     }
+    return podConfig(application, pod);
+  }
+
+  static Config podConfig(Config application, String pod) {
+    List<String> roles = new ArrayList<>();
+    if (application.hasPath("pekko.cluster.roles")) {
+      roles.addAll(application.getStringList("pekko.cluster.roles"));
+    }
+    roles.add(POD_ROLE + pod);
     return ConfigFactory.parseMap(
-        Map.of(
-            "pekko.cluster.roles", java.util.List.of(POD_ROLE + pod),
-            "pekko.jvm-shutdown-hooks", "off",
-            "pekko.coordinated-shutdown.run-by-jvm-shutdown-hook", "off"));
+            Map.of(
+                "pekko.cluster.roles", roles,
+                "pekko.jvm-shutdown-hooks", "off",
+                "pekko.coordinated-shutdown.run-by-jvm-shutdown-hook", "off"))
+        .withFallback(application);
   }
 
   /**

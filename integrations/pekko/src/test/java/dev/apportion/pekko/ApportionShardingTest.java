@@ -75,4 +75,20 @@ class ApportionShardingTest {
       system.getWhenTerminated().toCompletableFuture().get();
     }
   }
+
+  /** An app's own roles survive: HOCON lists do not merge, so a plain fallback would drop them. */
+  @Test
+  void thePodRoleIsAddedToTheAppsOwnRoles() {
+    var app = ConfigFactory.parseString("pekko.cluster.roles = [web, backend]\nshop.x = 1");
+    var config = ApportionSharding.podConfig(app, "shop-2");
+    assertEquals(
+        java.util.List.of("web", "backend", "pod:shop-2"),
+        config.getStringList("pekko.cluster.roles"));
+    assertEquals(1, config.getInt("shop.x"));
+    assertEquals("off", config.getString("pekko.jvm-shutdown-hooks"));
+    assertEquals(
+        java.util.List.of("pod:shop-0"),
+        ApportionSharding.podConfig(ConfigFactory.empty(), "shop-0")
+            .getStringList("pekko.cluster.roles"));
+  }
 }

@@ -58,8 +58,7 @@ public final class CounterApp {
     String ip = System.getenv("POD_IP");
     String seeds = String.join("\", \"", seedNodes(args[2], pod, ip));
     Config config =
-        ApportionSharding.podConfig()
-            .withFallback(ConfigFactory.parseString(String.join("\n",
+        ApportionSharding.podConfig(ConfigFactory.parseString(String.join("\n",
                 "pekko.actor.provider = cluster",
                 "pekko.remote.artery.canonical.hostname = \"" + ip + "\"",
                 "pekko.remote.artery.canonical.port = " + PEKKO_PORT,
@@ -78,8 +77,8 @@ public final class CounterApp {
                 "pekko.cluster.sharding.passivation.strategy = none",
                 // The sample's messages are records; a real app would use Jackson or protobuf.
                 "pekko.actor.allow-java-serialization = on",
-                "pekko.actor.warn-about-java-serializer-usage = off")))
-            .withFallback(ConfigFactory.load());
+                "pekko.actor.warn-about-java-serializer-usage = off"))
+            .withFallback(ConfigFactory.load()));
     ActorSystem<Void> system = ActorSystem.create(Behaviors.empty(), "Counters", config);
 
     ApportionSharding<Counter.Count> apportion =
