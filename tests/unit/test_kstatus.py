@@ -11,6 +11,7 @@ The binary is built by `make tools` (and by the fixture where it is missing): ne
 
 from __future__ import annotations
 
+import json
 import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
@@ -312,3 +313,30 @@ def test_the_kstatus_tool_reads_lists_yaml_streams_and_integer_generations(
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and '"status":"Current"' in lines[0]
 
+
+RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "statuses"
+RECORDED_EXPECTED = {
+    "created": CURRENT,
+    "placing": IN_PROGRESS,
+    "rebalancing": IN_PROGRESS,
+    "generation-behind": IN_PROGRESS,
+    "settled": CURRENT,
+    "observed": CURRENT,
+    "stalled": FAILED,
+    "handoff-timed-out": FAILED,
+    "workload-not-found": FAILED,
+    "conflict": FAILED,
+}
+
+
+def test_the_recorded_live_statuses_read_as_their_names_say(kstatus_binary: Path) -> None:
+    """tests/fixtures/statuses/<kind>-<phase>.json, recorded from the dev-cluster by
+    tests/e2e/test_kstatus.py (APPORTION_RECORD_STATUSES=1), for health checks to test with."""
+    paths = sorted(RECORDED.glob("*.json"))
+    kinds = {path.name.split("-", 1)[0] for path in paths}
+    assert kinds == {"partitionset", "shardset", "graintype"}
+    objects = [json.loads(path.read_text()) for path in paths]
+    got = {
+        p.stem: r["status"] for p, r in zip(paths, kstatus(kstatus_binary, *objects), strict=True)
+    }
+    assert got == {p.stem: RECORDED_EXPECTED[p.stem.split("-", 1)[1]] for p in paths}
