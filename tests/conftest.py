@@ -17,7 +17,7 @@ import pytest
 from postgres_support import PostgresServer
 from tiers import cannot_run, tier
 
-from apportion_dev.devcluster.tools import HELM, PROMTOOL, ensure_tool
+from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
 
 HERE = Path(__file__).parent
 LEFT_OUT = pytest.StashKey[str]()
@@ -60,6 +60,14 @@ def helm_binary(request: pytest.FixtureRequest) -> Path:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(HELM) / "helm"
+
+
+@pytest.fixture(scope="session")
+def kstatus_binary(request: pytest.FixtureRequest) -> Path:
+    """sigs.k8s.io/cli-utils' kstatus as a command (devtools/go/kstatus; kstatus_support.py)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        return ensure_tool(KSTATUS) / "kstatus"
 
 
 @pytest.fixture(scope="session")

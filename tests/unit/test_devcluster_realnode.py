@@ -8,7 +8,13 @@ from pathlib import Path
 import yaml
 
 from apportion_dev.devcluster.realnode import images
-from apportion_dev.devcluster.tools import CONTAINERD, METRICS_SERVER, PROMTOOL, tool_build
+from apportion_dev.devcluster.tools import (
+    CONTAINERD,
+    KSTATUS,
+    METRICS_SERVER,
+    PROMTOOL,
+    tool_build,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,3 +63,11 @@ def test_promtool_is_built_from_the_tools_module() -> None:
     promtool = tool_build(PROMTOOL)
     assert promtool.targets == ("github.com/prometheus/prometheus/cmd/promtool",)
     assert promtool.directory.name == f"promtool-{promtool.stamp['promtool']}"
+
+
+def test_kstatus_is_built_from_its_own_module_and_rebuilt_when_its_source_changes() -> None:
+    kstatus = tool_build(KSTATUS)
+    assert kstatus.targets == ("apportion.dev/kstatus",)
+    assert kstatus.stamp["kstatus"] == "v0.37.2"
+    assert kstatus.directory.name == "kstatus-v0.37.2"
+    assert set(kstatus.stamp["sources"]) == {"main.go"}  # type: ignore[arg-type]

@@ -319,6 +319,8 @@ def test_status_of_a_balanced_set() -> None:
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions == {
         "Ready": ("True", "Assigned"),
+        "Reconciling": ("False", "Settled"),
+        "Stalled": ("False", "AsExpected"),
         "Balanced": ("True", "Balanced"),
         "Progressing": ("False", "Stable"),
         "Degraded": ("False", "AsExpected"),

@@ -1,7 +1,7 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, and the tools the tests run (promtool, helm, krew)."""
+metrics-server, and the tools the tests run (promtool, helm, krew, kstatus)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,9 @@ class GoTool:
     module_path: str  # the upstream module whose version go.mod pins
     binaries: tuple[str, ...]
     version_variable: str  # the package variable `-X` stamps with the version
+    main_package: str | None = None
+    """A main package of the wrapper module itself (kstatus), built instead of its `tool` lines;
+    its Go files count in the stamp, so an edit rebuilds it."""
 
 
 CONTAINERD = GoTool(
@@ -59,7 +62,16 @@ KREW = GoTool(
     ("krew", "validate-krew-manifest"),
     "sigs.k8s.io/krew/internal/version.gitTag",
 )
-TEST_TOOLS = (PROMTOOL, HELM, KREW)
+KSTATUS = GoTool(
+    "kstatus",
+    "kstatus",
+    "sigs.k8s.io/cli-utils",
+    ("kstatus",),
+    "main.version",
+    main_package="apportion.dev/kstatus",
+)
+"""sigs.k8s.io/cli-utils' kstatus as a command: how GitOps tools judge a status."""
+TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS)
 """What `make tools` builds: the tools the tests run against what we ship."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
@@ -78,6 +90,13 @@ def tool_build(tool: GoTool) -> GoBuild:
     go = _GO_LINE.search(text)
     block = _TOOL_BLOCK.search(text)
     targets = tuple(block.group(1).split()) if block else tuple(_TOOL_LINE.findall(text))
+    sources: dict[str, str] = {}
+    if tool.main_package is not None:
+        targets = (tool.main_package,)
+        sources = {
+            path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(module.glob("*.go"))
+        }
     if pinned is None or go is None or not targets:
         raise DevClusterError(f"{module / 'go.mod'} does not pin {tool.module_path} and its tools")
     version = pinned.group(1)
@@ -91,6 +110,7 @@ def tool_build(tool: GoTool) -> GoBuild:
             tool.name: version,
             "targets": list(targets),
             "go.sum": hashlib.sha256((module / "go.sum").read_bytes()).hexdigest(),
+            **({"sources": sources} if sources else {}),
         },
         go_minimum=parse_go_version(go.group(1)),
         dated_module=tool.module_path,

@@ -37,6 +37,14 @@ class ConditionType(StrEnum):
     """Something needs attention (no members, metrics missing, hand-off timed out...)."""
     RESHARDING = "Resharding"
     """The unit count is changing: the published table's count is not yet the spec's."""
+    RECONCILING = "Reconciling"
+    """kstatus' abnormal-true condition: work is under way that ends by itself (placing, moves
+    and hand-offs, a resharding, a fence, the wait for the first members or their metrics, a
+    failed pass retried with back-off)."""
+    STALLED = "Stalled"
+    """kstatus' abnormal-true condition: no progress without a user's change (an invalid spec or
+    strategy, no members, a missing workload, a hand-off that timed out, a grain type claimed
+    twice)."""
 
 
 class Condition(ApiModel):
@@ -50,7 +58,10 @@ class Condition(ApiModel):
             pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
             r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$",
         ),
-    ] = Field(description="Condition type: Ready, Balanced, Progressing or Degraded.")
+    ] = Field(
+        description="Condition type: Ready, Reconciling, Stalled, Balanced, Progressing, Degraded "
+        "or Resharding."
+    )
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: Annotated[
         str,
@@ -75,7 +86,8 @@ Conditions = Annotated[
         default_factory=list,
         max_length=16,
         json_schema_extra=list_map("type"),
-        description="Ready, Balanced, Progressing and Degraded, with reasons.",
+        description="Ready, Reconciling, Stalled, Balanced, Progressing, Degraded and "
+        "Resharding, with reasons (docs/api.md, Conditions).",
     ),
 ]
 

@@ -127,7 +127,8 @@ IMBALANCE = Gauge(
 )
 CONDITION = Gauge(
     "apportion_operator_set_condition",
-    "1 when the set's condition is True, else 0 (Ready, Balanced, Progressing, Degraded).",
+    "1 when the set's condition is True, else 0 (Ready, Reconciling, Stalled, Balanced, "
+    "Progressing, Degraded, Resharding).",
     (*SET_LABELS, "condition"),
 )
 CONDITION_SINCE = Gauge(

@@ -546,6 +546,9 @@ class StatusInput:
     metrics_source: MetricsSource = MetricsSource.COUNTS
     loads: Mapping[str, float] | None = None
     extra_problems: Sequence[Problem] = ()
+    awaiting_metrics: str | None = None
+    """Why placement counts units while it waits for the members' first load figures (the
+    metrics grace), or None."""
 
 
 def unit_set_status(s: StatusInput) -> dict[str, Any]:
@@ -686,9 +689,14 @@ def _conditions(
         since += "" if grew_from is None else str(grew_from.epoch)
         resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
 
+    reconciling, stalled = _kstatus_conditions(
+        s, owned, total, releasing, pending, problems, reshard, new_count=new_count
+    )
     conditions: list[Condition] = list(s.conditions)  # type: ignore[arg-type]
     for type_, (status, reason, message) in (
         (ConditionType.READY, ready),
+        (ConditionType.RECONCILING, reconciling),
+        (ConditionType.STALLED, stalled),
         (ConditionType.BALANCED, balanced),
         (ConditionType.PROGRESSING, progressing),
         (ConditionType.DEGRADED, degraded),
@@ -705,6 +713,100 @@ def _conditions(
         )
     return conditions
 
+
+_Verdict = tuple[bool, str, str]
+
+
+def _kstatus_conditions(
+    s: StatusInput,
+    owned: int,
+    total: int,
+    releasing: int,
+    pending: int,
+    problems: Sequence[Problem],
+    reshard: Progress | None,
+    *,
+    new_count: bool,
+) -> tuple[_Verdict, _Verdict]:
+    """Reconciling and Stalled, kstatus' abnormal-true conditions (docs/api.md, "Status for
+    GitOps tools"): never both True, Stalled first, since kstatus reads whichever comes first."""
+    stalling = next((p for p in problems if p.reason in STALLING), None)
+    if stalling is not None:
+        return (False, "Stalled", _HELD), (True, stalling.reason, stalling.message)
+    stalled = (False, "AsExpected", _FINE)
+    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
+    if blocking is not None:  # a fence, the wait for the first members: they end by themselves
+        return (True, blocking.reason, blocking.message), stalled
+    if reshard is not None:
+        lineage = reshard.lineage
+        message = f"{lineage.from_count} → {lineage.to_count} units ({reshard.phase})"
+        return (True, "Resharding", message), stalled
+    if new_count:
+        return (True, "Resharding", f"{total} unit(s) of the new count not placed yet"), stalled
+    if releasing:
+        return (True, "HandoffInProgress", f"{releasing} unit(s) being handed off"), stalled
+    if owned < total:
+        return (True, "Placing", f"{total - owned} of {total} unit(s) have no owner yet"), stalled
+    if pending:
+        held = f": {s.result.hold_reason}" if s.result.hold_reason else ""
+        return (True, "Rebalancing", f"{pending} move(s) planned{held}"), stalled
+    if s.awaiting_metrics is not None:
+        return (True, "AwaitingMetrics", s.awaiting_metrics), stalled
+    return (False, "Settled", f"every unit placed, no move under way (epoch {s.table.epoch})"), (
+        stalled
+    )
+
+
+def blocked_conditions(
+    previous: Iterable[Condition | Mapping[str, Any]],
+    reason: str,
+    message: str,
+    *,
+    generation: int,
+    now: datetime,
+) -> list[Condition]:
+    """The conditions of a set whose pass placed nothing (the published table stands): a spec
+    the operator rejects (`InvalidSpec`) needs a user's change, Stalled (kstatus Failed); a
+    failed pass (`PassFailed`) is retried with back-off, Reconciling (kstatus InProgress)."""
+    if reason in STALLING:
+        reconciling = (False, "Stalled", _HELD)
+        stalled = (True, reason, message)
+    else:
+        reconciling, stalled = (True, reason, message), (False, "AsExpected", _FINE)
+    conditions = set_condition(
+        previous,
+        type_=ConditionType.READY,
+        status=False,
+        reason=reason,
+        message=message,
+        observed_generation=generation,
+        now=now,
+    )
+    for type_, (status, why, text) in (
+        (ConditionType.RECONCILING, reconciling),
+        (ConditionType.STALLED, stalled),
+        (ConditionType.DEGRADED, (True, reason, message)),
+    ):
+        conditions = set_condition(
+            conditions,
+            type_=type_,
+            status=status,
+            reason=why,
+            message=text,
+            observed_generation=generation,
+            now=now,
+        )
+    return conditions
+
+
+_HELD = "nothing progresses until the spec or the cluster changes"
+_FINE = "nothing waits for a change of the spec or the cluster"
+
+STALLING = frozenset(
+    {"NoMembers", "InvalidSpec", "InvalidStrategy", "WorkloadNotFound", "HandoffTimedOut"}
+)
+"""Problems that need a user's change (Stalled=True, kstatus Failed); everything else that
+holds placement back ends by itself (Reconciling=True)."""
 
 _BLOCKING = frozenset(
     {
@@ -748,11 +850,13 @@ def initial_table(
 
 
 __all__ = [
+    "STALLING",
     "PassInput",
     "PassResult",
     "Problem",
     "Rollout",
     "StatusInput",
+    "blocked_conditions",
     "imbalance",
     "initial_table",
     "plan_pass",

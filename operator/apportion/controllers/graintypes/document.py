@@ -207,16 +207,27 @@ def build_status(
         observed_generation=generation,
         now=condition_time(now.timestamp()),
     )
+    reconciling, stalled = kstatus_verdicts(found, published)
     worst = found[0] if found else None
-    conditions = set_condition(
-        conditions,
-        type_=ConditionType.DEGRADED,
-        status=worst is not None,
-        reason=worst.reason if worst else "AsExpected",
-        message="; ".join(p.message for p in found) if found else "",
-        observed_generation=generation,
-        now=condition_time(now.timestamp()),
+    degraded = (
+        worst is not None,
+        worst.reason if worst else "AsExpected",
+        "; ".join(p.message for p in found) if found else "",
     )
+    for type_, (status, reason, message) in (
+        (ConditionType.RECONCILING, reconciling),
+        (ConditionType.STALLED, stalled),
+        (ConditionType.DEGRADED, degraded),
+    ):
+        conditions = set_condition(
+            conditions,
+            type_=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=generation,
+            now=condition_time(now.timestamp()),
+        )
     name = graintype.metadata.name or ""
     return {
         "observedGeneration": generation,
@@ -230,6 +241,68 @@ def build_status(
     }
 
 
+STALLING = frozenset({"InvalidSpec", "NoMembers", "PublishFailed", "GrainTypeConflict"})
+"""Problems that need a user's change (Stalled=True, kstatus Failed): a spec the operator
+rejects, a selector nothing matches, a table too large for its ConfigMap, a grain type two
+GrainTypes claim."""
+
+_Verdict = tuple[bool, str, str]
+_HELD = "nothing progresses until the spec or the cluster changes"
+_FINE = "nothing waits for a change of the spec or the cluster"
+
+
+def kstatus_verdicts(
+    found: Sequence[GrainTypeProblem], published: PlacementTableDocument | None
+) -> tuple[_Verdict, _Verdict]:
+    """Reconciling and Stalled, kstatus' abnormal-true conditions (docs/api.md, "Status for
+    GitOps tools"): never both True."""
+    stalling = next((p for p in found if p.reason in STALLING), None)
+    if stalling is not None:
+        return (False, "Stalled", _HELD), (True, stalling.reason, stalling.message)
+    stalled = (False, "AsExpected", _FINE)
+    blocking = next((p for p in found if p.blocking), None)
+    if blocking is not None:  # NoCompatibleMembers: the selected pods are not Ready yet
+        return (True, blocking.reason, blocking.message), stalled
+    if published is None:
+        return (True, "Publishing", "the placement table is not written yet"), stalled
+    return (
+        False,
+        "Settled",
+        f"placement table version {published.version} is published",
+    ), stalled
+
+
+def blocked_status(
+    generation: int | None,
+    conditions: Iterable[Mapping[str, Any]],
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+) -> dict[str, Any]:
+    """Nothing new is published, the last table stands: a spec the API server accepted but the
+    models reject (CRD/operator version skew; `InvalidSpec`, Stalled) or a pass that failed
+    (`PassFailed`, retried with back-off: Reconciling)."""
+    problem = GrainTypeProblem(reason, message, blocking=True)
+    reconciling, stalled = kstatus_verdicts([problem], None)
+    for type_, verdict in (
+        (ConditionType.READY, (False, reason, message)),
+        (ConditionType.RECONCILING, reconciling),
+        (ConditionType.STALLED, stalled),
+        (ConditionType.DEGRADED, (True, reason, message)),
+    ):
+        conditions = set_condition(
+            conditions,
+            type_=type_,
+            status=verdict[0],
+            reason=verdict[1],
+            message=verdict[2],
+            observed_generation=generation,
+            now=condition_time(now.timestamp()),
+        )
+    return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}
+
+
 def invalid_status(
     generation: int | None,
     conditions: Iterable[Mapping[str, Any]],
@@ -239,14 +312,4 @@ def invalid_status(
 ) -> dict[str, Any]:
     """A spec the API server accepted but the models reject (CRD/operator version skew):
     nothing new is published, the last table stands."""
-    for type_, value in ((ConditionType.READY, False), (ConditionType.DEGRADED, True)):
-        conditions = set_condition(
-            conditions,
-            type_=type_,
-            status=value,
-            reason="InvalidSpec",
-            message=message,
-            observed_generation=generation,
-            now=condition_time(now.timestamp()),
-        )
-    return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}
+    return blocked_status(generation, conditions, "InvalidSpec", message, now=now)

@@ -26,6 +26,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.graintypes.document import (
     GrainTypeProblem,
+    blocked_status,
     build_document,
     build_status,
     counted_grain_types,
@@ -77,7 +78,23 @@ class GrainTypeLoop:
         self.gate = None
 
     async def failed(self, error: BaseException, retry_in: float) -> None:
-        """The log says it; the status keeps the last pass's conditions until one succeeds."""
+        """A pass failed (API unreachable, a write refused): the status must not go on claiming
+        Ready; Reconciling says the pass is retried (best effort: the API server may be what
+        failed)."""
+        message = (
+            f"placement pass failed: {error or type(error).__name__}; retrying in {retry_in:.0f}s"
+        )
+        generation = self.body["metadata"].get("generation")
+        status = {
+            **(self.status or self.body.get("status") or {}),
+            **blocked_status(
+                generation, self.conditions(), "PassFailed", message, now=datetime.now(UTC)
+            ),
+        }
+        try:
+            await self.report(status, [GrainTypeProblem("PassFailed", message, blocking=True)])
+        except Exception as failure:
+            self.logger.warning("Could not report the failure in the status: %s", failure)
 
     def finish(self, deleted: bool) -> None:
         """Nothing to undo: the table goes with the GrainType through its owner reference."""

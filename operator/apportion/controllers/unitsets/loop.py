@@ -21,10 +21,8 @@ from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion.api.conditions import (
-    ConditionType,
     condition_time,
     dump_conditions,
-    set_condition,
 )
 from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
@@ -42,6 +40,7 @@ from apportion.engine.set_pass import (
     Problem,
     Rollout,
     StatusInput,
+    blocked_conditions,
     initial_table,
     plan_pass,
     suspension_news,
@@ -93,6 +92,7 @@ class SetLoop:
         self.state = SetState.from_status(body.get("status") or {})
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
+        self.awaiting_metrics: str | None = None
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.desired_members: int | None = None
         self.fingerprint: tuple[Any, ...] | None = None
@@ -290,14 +290,21 @@ class SetLoop:
         self, spec: UnitSetSpec, members: Sequence[WorkerPod], now: float
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
+        self.awaiting_metrics = None
         if spec.metrics.scrape is None or not members:
             self.state.no_loads_wanted()
             return None, MetricsSource.COUNTS, None
         report = await self.runtime.metrics.unit_loads(
             self.namespace, self.set_ref.name, members, spec.metrics
         )
-        loads, fault = self.state.loads(report.unit_loads, now, loads_grace(spec.metrics.scrape))
+        grace = loads_grace(spec.metrics.scrape)
+        loads, fault = self.state.loads(report.unit_loads, now, grace)
         if loads is None and not fault:
+            since = self.state.loads_missing_since or now
+            self.awaiting_metrics = (
+                f"counting units until the members report their load (at most {grace:.0f}s, "
+                f"{max(0.0, since + grace - now):.0f}s left)"
+            )
             return None, MetricsSource.COUNTS, None  # counting units meanwhile is no fault
         if loads is None:
             return None, report.source, Problem("MetricsUnavailable", report.message)
@@ -398,18 +405,10 @@ class SetLoop:
 
     async def report_blocked(self, reason: str, message: str) -> None:
         previous = (self.status or self.body.get("status") or {}).get("conditions") or ()
-        conditions = previous
         now = condition_time(time.time())
-        for type_, value in ((ConditionType.READY, False), (ConditionType.DEGRADED, True)):
-            conditions = set_condition(
-                conditions,
-                type_=type_,
-                status=value,
-                reason=reason,
-                message=message,
-                observed_generation=self.generation,
-                now=now,
-            )
+        conditions = blocked_conditions(
+            previous, reason, message, generation=self.generation, now=now
+        )
         status = {"observedGeneration": self.generation, "conditions": dump_conditions(conditions)}
         if reason not in self.reported:
             self.runtime.events.post(self.set_ref, "Warning", reason, "Place", message)
@@ -454,6 +453,7 @@ class SetLoop:
                 metrics_source=source,
                 loads=loads,
                 extra_problems=problems,
+                awaiting_metrics=self.awaiting_metrics,
             )
         )
         current = {p.reason: p for p in [*result.problems, *problems]}
