@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
 	test krew \
-	unit e2e java bench lint crds monitoring dashboard tutorial-pictures
+	unit e2e java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -97,6 +97,11 @@ krew: setup
 
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py
+
+# manifests/argocd/ (the Argo CD health check per kind and the argocd-cm patch) from
+# scripts/argocd_health.lua.
+argocd-health: setup
+	$(BIN)/python scripts/argocd_health.py
 
 # manifests/monitoring/dashboards/apportion.json, the Grafana dashboard of one set, from
 # scripts/grafana_dashboard.py (grafana-foundation-sdk).
