@@ -10,8 +10,9 @@ BIN := $(VENV)/bin
 
 setup: native-deps node-deps $(VENV)/.installed
 
-# libxxhash-dev for the optional native key kernel; a no-op when present, a note when it
-# cannot be installed (the kernel is then skipped and the Python key path used).
+# libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
+# check tests; a no-op when present, a note when they cannot be installed (the kernel is then
+# skipped and the Python key path used; the health check tests skip, and fail under CI).
 native-deps:
 	sh scripts/native-deps.sh
 
