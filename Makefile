@@ -6,12 +6,13 @@ BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
 	test krew \
-	unit e2e java bench lint crds monitoring dashboard tutorial-pictures
+	unit e2e java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
-# libxxhash-dev for the optional native key kernel; a no-op when present, a note when it
-# cannot be installed (the kernel is then skipped and the Python key path used).
+# libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
+# check tests; a no-op when present, a note when they cannot be installed (the kernel is then
+# skipped and the Python key path used; the health check tests skip, and fail under CI).
 native-deps:
 	sh scripts/native-deps.sh
 
@@ -97,6 +98,11 @@ krew: setup
 
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py
+
+# manifests/argocd/ (the Argo CD health check per kind and the argocd-cm patch) from
+# scripts/argocd_health.lua.
+argocd-health: setup
+	$(BIN)/python scripts/argocd_health.py
 
 # manifests/monitoring/dashboards/apportion.json, the Grafana dashboard of one set, from
 # scripts/grafana_dashboard.py (grafana-foundation-sdk).
