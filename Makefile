@@ -36,7 +36,7 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool, helm, krew) once per version into ~/.cache/apportion.
+# Builds the Go tools the tests run (promtool, helm, krew, Flux source- and kustomize-controller) once per version into ~/.cache/apportion.
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
