@@ -37,7 +37,8 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool, helm, krew, kstatus) once per version into ~/.cache/apportion.
+# Builds the Go tools the tests run (promtool, helm, krew, kstatus, Flux's source- and
+# kustomize-controller) once per version into ~/.cache/apportion.
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 

@@ -1,7 +1,8 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, and the tools the tests run (promtool, helm, krew, kstatus)."""
+metrics-server, the tools the tests run (promtool, helm, krew, kstatus) and Flux's
+source-controller and kustomize-controller (devcluster.flux runs them against a dev-cluster)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class GoTool:
     module: str  # the wrapper module's directory, relative to devtools/go
     module_path: str  # the upstream module whose version go.mod pins
     binaries: tuple[str, ...]
-    version_variable: str  # the package variable `-X` stamps with the version
+    version_variable: str | None  # the package variable `-X` stamps with the version, if any
     main_package: str | None = None
     """A main package of the wrapper module itself (kstatus), built instead of its `tool` lines;
     its Go files count in the stamp, so an edit rebuilds it."""
@@ -71,7 +72,24 @@ KSTATUS = GoTool(
     main_package="apportion.dev/kstatus",
 )
 """sigs.k8s.io/cli-utils' kstatus as a command: how GitOps tools judge a status."""
-TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS)
+# Flux v1.9.x: v1.10 needs Go 1.27. One wrapper module per controller (one shared module would
+# move each controller's dependencies off its release's versions); neither has a version variable.
+FLUX_SOURCE_CONTROLLER = GoTool(
+    "flux-source-controller",
+    "flux/source-controller",
+    "github.com/fluxcd/source-controller",
+    ("source-controller",),
+    None,
+)
+FLUX_KUSTOMIZE_CONTROLLER = GoTool(
+    "flux-kustomize-controller",
+    "flux/kustomize-controller",
+    "github.com/fluxcd/kustomize-controller",
+    ("kustomize-controller",),
+    None,
+)
+FLUX_TOOLS = (FLUX_SOURCE_CONTROLLER, FLUX_KUSTOMIZE_CONTROLLER)
+TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, *FLUX_TOOLS)
 """What `make tools` builds: the tools the tests run against what we ship."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
@@ -114,7 +132,9 @@ def tool_build(tool: GoTool) -> GoBuild:
         },
         go_minimum=parse_go_version(go.group(1)),
         dated_module=tool.module_path,
-        ldflags=lambda _date: [f"-X {tool.version_variable}={version}"],
+        ldflags=lambda _date: (
+            [f"-X {tool.version_variable}={version}"] if tool.version_variable else []
+        ),
     )
 
 
