@@ -367,6 +367,20 @@ def test_apportion_sets_split_and_merge_by_integer_factors(dev_cluster, crds, na
             json.dumps({"spec": {"partitions": count}}),
         )
         assert get(dev_cluster, namespace, "partitionset/elastic")["spec"]["partitions"] == count
+    # A count of 0 is refused by the schema's minimum alone: the merge rule guards its modulus.
+    refused = dev_cluster.kubectl(
+        "patch",
+        "-n",
+        namespace,
+        "partitionset",
+        "elastic",
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"partitions": 0}}),
+        check=False,
+    )
+    assert refused.returncode != 0 and "should be greater than or equal to 1" in refused.stderr
+    assert "modulus by zero" not in refused.stderr, refused.stderr
 
 
 def test_status_from_the_models_is_accepted_and_shown_in_columns(

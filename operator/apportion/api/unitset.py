@@ -353,7 +353,8 @@ def unit_set_rules(count_field: str) -> dict[str, Any]:
 
     The count changes only with keyScheme apportion (a range scheme: unit u of n is the hash
     range [u·2⁶⁴/n, (u+1)·2⁶⁴/n), so a split or a merge by an integer factor moves no key to
-    another parent); see docs/resharding.md.
+    another parent); see docs/resharding.md. A count of 0 is the schema's to reject (minimum 1):
+    the merge rule guards its modulus, so the API server's message names only that.
     """
     new, old = f"self.{count_field}", f"oldSelf.{count_field}"
     return validations(
@@ -368,7 +369,8 @@ def unit_set_rules(count_field: str) -> dict[str, Any]:
         ),
         cel(
             f"{new} == {old} || ({new} > {old} && {new} % {old} == 0 && "
-            f"{new} / {old} <= {MAX_RESHARD_FACTOR}) || ({new} < {old} && {old} % {new} == 0 "
+            f"{new} / {old} <= {MAX_RESHARD_FACTOR}) || ({new} < {old} && {new} > 0 && "
+            f"{old} % {new} == 0 "
             f"&& {old} / {new} <= {MAX_RESHARD_FACTOR})",
             f"{count_field} may only be multiplied (split) or divided (merge) by an integer "
             f"factor from 2 to {MAX_RESHARD_FACTOR}, e.g. 32 → 128 → 64: then every key "
