@@ -355,13 +355,11 @@ class WorkerTest {
     lease = 0.4;
     Recorder callbacks = new Recorder(0, true); // the release is in flight until the end
     start(callbacks);
-    double before = worker.servingTimeLeft();
     releasing();
     await(() -> callbacks.count("release") == 1);
-    double left = worker.servingTimeLeft("1");
-    assertTrue(left <= before, left + " > " + before);
-    // Both are measured from the same now, so their difference is that of the deadlines, however
-    // late this thread runs: confirmed on, unit 1 not extended.
+    // Unit 1's deadline stops where the release found it, while confirmations extend the
+    // worker's: a margin between the two that only grows. (Comparing with a time left read
+    // before the release raced a confirmation landing in between.)
     await(() -> worker.servingTimeLeft() > worker.servingTimeLeft("1") + 0.05);
     assertTrue(worker.leaseHolds("1"));
     jumped += worker.servingTimeLeft("1") + 0.001;
