@@ -166,6 +166,32 @@ def set_condition(
     return result
 
 
+Verdict = tuple[bool, str, str]
+"""(status, reason, message) of one condition."""
+
+
+def set_conditions(
+    conditions: Iterable[Condition | Mapping[str, Any]] | None,
+    verdicts: Iterable[tuple[str, Verdict]],
+    *,
+    observed_generation: int | None,
+    now: datetime,
+) -> list[Condition]:
+    """`set_condition` for each (type, verdict), in order, as of one generation and one now."""
+    result = [_as_condition(c) for c in conditions or ()]
+    for type_, (status, reason, message) in verdicts:
+        result = set_condition(
+            result,
+            type_=type_,
+            status=status,
+            reason=reason,
+            message=message,
+            observed_generation=observed_generation,
+            now=now,
+        )
+    return result
+
+
 def dump_conditions(conditions: Iterable[Condition]) -> list[dict[str, Any]]:
     """Conditions in their wire form, for a status patch."""
     return [c.to_json_dict() for c in conditions]

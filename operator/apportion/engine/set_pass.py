@@ -26,7 +26,12 @@ from apportion.api.assignment import (
     Suspensions,
     unit_order,
 )
-from apportion.api.conditions import Condition, ConditionType, condition_time, set_condition
+from apportion.api.conditions import (
+    Condition,
+    ConditionType,
+    condition_time,
+    set_conditions,
+)
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
 from apportion.engine.allocation import (
@@ -692,26 +697,20 @@ def _conditions(
     reconciling, stalled = _kstatus_conditions(
         s, owned, total, releasing, pending, problems, reshard, new_count=new_count
     )
-    conditions: list[Condition] = list(s.conditions)  # type: ignore[arg-type]
-    for type_, (status, reason, message) in (
-        (ConditionType.READY, ready),
-        (ConditionType.RECONCILING, reconciling),
-        (ConditionType.STALLED, stalled),
-        (ConditionType.BALANCED, balanced),
-        (ConditionType.PROGRESSING, progressing),
-        (ConditionType.DEGRADED, degraded),
-        (ConditionType.RESHARDING, resharding),
-    ):
-        conditions = set_condition(
-            conditions,
-            type_=type_,
-            status=status,
-            reason=reason,
-            message=message,
-            observed_generation=s.generation,
-            now=condition_time(s.now),
-        )
-    return conditions
+    return set_conditions(
+        s.conditions,
+        (
+            (ConditionType.READY, ready),
+            (ConditionType.RECONCILING, reconciling),
+            (ConditionType.STALLED, stalled),
+            (ConditionType.BALANCED, balanced),
+            (ConditionType.PROGRESSING, progressing),
+            (ConditionType.DEGRADED, degraded),
+            (ConditionType.RESHARDING, resharding),
+        ),
+        observed_generation=s.generation,
+        now=condition_time(s.now),
+    )
 
 
 _Verdict = tuple[bool, str, str]
@@ -773,30 +772,17 @@ def blocked_conditions(
         stalled = (True, reason, message)
     else:
         reconciling, stalled = (True, reason, message), (False, "AsExpected", _FINE)
-    conditions = set_condition(
+    return set_conditions(
         previous,
-        type_=ConditionType.READY,
-        status=False,
-        reason=reason,
-        message=message,
+        (
+            (ConditionType.READY, (False, reason, message)),
+            (ConditionType.RECONCILING, reconciling),
+            (ConditionType.STALLED, stalled),
+            (ConditionType.DEGRADED, (True, reason, message)),
+        ),
         observed_generation=generation,
         now=now,
     )
-    for type_, (status, why, text) in (
-        (ConditionType.RECONCILING, reconciling),
-        (ConditionType.STALLED, stalled),
-        (ConditionType.DEGRADED, (True, reason, message)),
-    ):
-        conditions = set_condition(
-            conditions,
-            type_=type_,
-            status=status,
-            reason=why,
-            message=text,
-            observed_generation=generation,
-            now=now,
-        )
-    return conditions
 
 
 _HELD = "nothing progresses until the spec or the cluster changes"

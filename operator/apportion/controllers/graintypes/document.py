@@ -9,7 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from apportion.api.conditions import ConditionType, condition_time, dump_conditions, set_condition
+from apportion.api.conditions import (
+    ConditionType,
+    condition_time,
+    dump_conditions,
+    set_condition,
+    set_conditions,
+)
 from apportion.api.graintype import DEFAULT_GRAIN_TYPE, GrainStrategyName, GrainType
 from apportion.api.placement_table import (
     GrainTypeRef,
@@ -214,20 +220,16 @@ def build_status(
         worst.reason if worst else "AsExpected",
         "; ".join(p.message for p in found) if found else "",
     )
-    for type_, (status, reason, message) in (
-        (ConditionType.RECONCILING, reconciling),
-        (ConditionType.STALLED, stalled),
-        (ConditionType.DEGRADED, degraded),
-    ):
-        conditions = set_condition(
-            conditions,
-            type_=type_,
-            status=status,
-            reason=reason,
-            message=message,
-            observed_generation=generation,
-            now=condition_time(now.timestamp()),
-        )
+    conditions = set_conditions(
+        conditions,
+        (
+            (ConditionType.RECONCILING, reconciling),
+            (ConditionType.STALLED, stalled),
+            (ConditionType.DEGRADED, degraded),
+        ),
+        observed_generation=generation,
+        now=condition_time(now.timestamp()),
+    )
     name = graintype.metadata.name or ""
     return {
         "observedGeneration": generation,
@@ -285,21 +287,17 @@ def blocked_status(
     (`PassFailed`, retried with back-off: Reconciling)."""
     problem = GrainTypeProblem(reason, message, blocking=True)
     reconciling, stalled = kstatus_verdicts([problem], None)
-    for type_, verdict in (
-        (ConditionType.READY, (False, reason, message)),
-        (ConditionType.RECONCILING, reconciling),
-        (ConditionType.STALLED, stalled),
-        (ConditionType.DEGRADED, (True, reason, message)),
-    ):
-        conditions = set_condition(
-            conditions,
-            type_=type_,
-            status=verdict[0],
-            reason=verdict[1],
-            message=verdict[2],
-            observed_generation=generation,
-            now=condition_time(now.timestamp()),
-        )
+    conditions = set_conditions(
+        conditions,
+        (
+            (ConditionType.READY, (False, reason, message)),
+            (ConditionType.RECONCILING, reconciling),
+            (ConditionType.STALLED, stalled),
+            (ConditionType.DEGRADED, (True, reason, message)),
+        ),
+        observed_generation=generation,
+        now=condition_time(now.timestamp()),
+    )
     return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}
 
 
