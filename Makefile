@@ -38,7 +38,8 @@ image: setup
 	$(BIN)/apportion dev-cluster image
 
 # Builds the Go tools the tests run (promtool, helm, krew, kstatus, Flux's source- and
-# kustomize-controller) once per version into ~/.cache/apportion.
+# kustomize-controller) once per version into ~/.cache/apportion. `make test` does not wait for
+# them: a test run builds what is missing in the background (tests/prebuild.py).
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
@@ -50,13 +51,13 @@ kafka-jars:
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: lint controlplane tools java kafka-jars postgres-deps
+test: lint controlplane java kafka-jars postgres-deps
 	$(BIN)/pytest tests
 
 unit: setup postgres-deps
 	$(BIN)/pytest tests/unit
 
-e2e: controlplane tools java kafka-jars
+e2e: controlplane java kafka-jars
 	$(BIN)/pytest tests/e2e
 
 # The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance

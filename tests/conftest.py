@@ -1,6 +1,6 @@
-"""Fixtures shared by unit and end-to-end tests: the Go tools they run (built by `make tools`; a
-test run on a machine without them builds them first, it never skips) and a private PostgreSQL
-server (installed first where missing, see postgres_support).
+"""Fixtures shared by unit and end-to-end tests: the Go tools they run (a run missing some builds
+them in the background while the tests that need none run first, see prebuild; it never skips)
+and a private PostgreSQL server (installed first where missing, see postgres_support).
 
 The tiers (markers; README, "Tests"): `unit` (tests/unit: Python, Java and Maven, nothing else),
 `e2e` (tests/e2e on the dev-cluster: a real API server and the pod simulator, on Linux) and
@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import prebuild
 import pytest
 from postgres_support import PostgresServer
 from tiers import cannot_run, tier
@@ -21,9 +22,11 @@ from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
 
 HERE = Path(__file__).parent
 LEFT_OUT = pytest.StashKey[str]()
+BACKGROUND = pytest.StashKey[prebuild.BackgroundBuild]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    prebuild.order(items)
     kept, left_out = [], []
     for item in items:
         name = tier(item)
@@ -38,6 +41,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.hook.pytest_deselected(items=left_out)
     items[:] = kept
     config.stash[LEFT_OUT] = line
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    names = prebuild.missing(session.items)
+    if names and not session.config.option.collectonly:
+        session.config.stash[BACKGROUND] = prebuild.BackgroundBuild(names)
+        print(f"\nbuilding {', '.join(names)} in the background (log: {prebuild.log_path()})")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(BACKGROUND, None)
+    if build is not None:
+        build.stop()
 
 
 def pytest_terminal_summary(

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from tiers import tier
 from unitset_support import Operator, grant_worker_role
 
 from apportion_dev.devcluster import DevCluster
@@ -54,19 +53,6 @@ from apportion_dev.devcluster.net import http_get
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 T = TypeVar("T")
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # One real node per machine: the tests that start and kill their own (the clean-up tests)
-    # run before the session's shared real node starts, and the tests on that node run last,
-    # so it is up for as short a time as possible beside the simulator's clusters.
-    items.sort(key=_real_node_order)
-
-
-def _real_node_order(item: pytest.Item) -> int:
-    if tier(item) != "realnode":
-        return 0
-    return 1 if item.path.name == "test_real_node_cleanup.py" else 2
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,9 @@ build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the
 image       build apportion's container image from the Dockerfile with buildah (`make image`)
 start       start a cluster that keeps running after the command returns; `--node real` runs a
             real node (kubelet + containerd, root on Linux) instead of the pod simulator
-tools       build the Go tools the tests run (promtool, helm; once per version)
+tools       build the Go tools the tests run (promtool, helm, krew, kstatus, Flux) once per
+            version; `tools NAME...` builds just those (also the real node's containerd and
+            metrics-server)
 stop        stop it and delete its state
 status      show whether it runs and where its kubeconfig is
 kubeconfig  print the kubeconfig path (`export KUBECONFIG=$(apportion dev-cluster kubeconfig)`)
@@ -30,7 +32,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     actions.add_parser("build", help="build the control-plane binaries if they are not cached")
     actions.add_parser("image", help="build apportion's image with buildah")
-    actions.add_parser("tools", help="build the test tools (promtool, helm) if they are not cached")
+    tools_parser = actions.add_parser(
+        "tools", help="build the test tools (promtool, helm, krew, kstatus, Flux) if not cached"
+    )
+    tools_parser.add_argument(
+        "names", nargs="*", metavar="NAME", help="build only these, in this order"
+    )
     state_dir_help = (
         "state directory (default: $APPORTION_DEV_CLUSTER_DIR or ~/.local/state/apportion/"
         "dev-cluster)"
@@ -77,9 +84,14 @@ def run(args: argparse.Namespace) -> int:
             images.build_image()
             return 0
         if args.action == "tools":
-            from apportion_dev.devcluster.tools import TEST_TOOLS, ensure_tool
+            from apportion_dev.devcluster.tools import ALL_TOOLS, TEST_TOOLS, ensure_tool
 
-            for tool in TEST_TOOLS:
+            unknown = [name for name in args.names if name not in ALL_TOOLS]
+            if unknown:
+                raise DevClusterError(
+                    f"no tool named {', '.join(unknown)}; the tools are {', '.join(ALL_TOOLS)}"
+                )
+            for tool in [ALL_TOOLS[name] for name in args.names] or TEST_TOOLS:
                 print(ensure_tool(tool))
             return 0
         if args.action == "run":

@@ -91,6 +91,8 @@ FLUX_KUSTOMIZE_CONTROLLER = GoTool(
 FLUX_TOOLS = (FLUX_SOURCE_CONTROLLER, FLUX_KUSTOMIZE_CONTROLLER)
 TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, *FLUX_TOOLS)
 """What `make tools` builds: the tools the tests run against what we ship."""
+ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD, METRICS_SERVER)}
+"""Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)
 _TOOL_LINE = re.compile(r"^tool\s+(\S+)\s*$", re.MULTILINE)

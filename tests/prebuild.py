@@ -1,0 +1,114 @@
+"""Builds the Go tools a test run needs in the background while the tests that need none run
+(tests/conftest.py): cold, the tools are a quarter of an hour of compiling that used to come
+before the first test; the end-to-end tests mostly wait on the API server and their pods, so a
+build at the lowest CPU priority takes the idle time instead of the tests'. The tests that need
+a tool run after the others; a fixture that asks for a tool the background has not finished
+waits on the same build lock (`apportion_dev.devcluster.build.ensure`), or builds it itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+from tiers import tier
+
+from apportion_dev.devcluster.build import is_built
+from apportion_dev.devcluster.paths import cache_root
+from apportion_dev.devcluster.tools import (
+    CONTAINERD,
+    FLUX_TOOLS,
+    HELM,
+    KREW,
+    KSTATUS,
+    METRICS_SERVER,
+    PROMTOOL,
+    GoTool,
+    tool_build,
+)
+
+FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
+    "flux": FLUX_TOOLS,
+    "helm_binary": (HELM,),
+    "krew": (KREW,),
+    "kstatus_binary": (KSTATUS,),
+    "promtool": (PROMTOOL,),
+}
+REAL_NODE_TOOLS = (CONTAINERD, METRICS_SERVER)
+LOWEST_PRIORITY = ("nice", "-n", "19")
+
+
+def tools_of(item: pytest.Item) -> tuple[GoTool, ...]:
+    needed = [
+        tool
+        for fixture in getattr(item, "fixturenames", ())
+        for tool in FIXTURE_TOOLS.get(fixture, ())
+    ]
+    return (*needed, *(REAL_NODE_TOOLS if tier(item) == "realnode" else ()))
+
+
+def order(items: list[pytest.Item]) -> None:
+    """Tests without tools first, then (a module at a time, so module fixtures start once) those
+    that need a tool; then the real node's: the clean-up tests, which start and kill nodes of
+    their own, before the session's shared real node starts, so it is up as short a time as
+    possible beside the simulator's clusters."""
+    modules_with_tools = {item.path for item in items if tools_of(item)}
+
+    def rank(item: pytest.Item) -> int:
+        if tier(item) == "realnode":
+            return 2 if item.path.name == "test_real_node_cleanup.py" else 3
+        return 1 if item.path in modules_with_tools else 0
+
+    items.sort(key=rank)
+
+
+def missing(items: Iterable[pytest.Item]) -> list[str]:
+    """The tools these tests need that are not built, in the order the tests need them."""
+    names: dict[str, None] = {}
+    for item in items:
+        for tool in tools_of(item):
+            spec = tool_build(tool)
+            if not is_built(spec.directory, spec.stamp, spec.binaries):
+                names.setdefault(tool.name)
+    return list(names)
+
+
+def log_path() -> Path:
+    return cache_root() / "test-tools-build.log"
+
+
+class BackgroundBuild:
+    """`apportion dev-cluster tools NAME...` at nice 19, in a session of its own."""
+
+    def __init__(self, names: list[str]) -> None:
+        log = log_path()
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as out:
+            self.process = subprocess.Popen(
+                [
+                    *LOWEST_PRIORITY,
+                    sys.executable,
+                    "-m",
+                    "apportion",
+                    "dev-cluster",
+                    "tools",
+                    *names,
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def stop(self) -> None:
+        """Interrupt what is left (SIGINT: the build removes its partial output on the way out)."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGINT)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
