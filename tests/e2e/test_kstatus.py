@@ -92,7 +92,7 @@ def kstatus_reason(obj: dict[str, Any]) -> str | None:
 
 
 def create(kubectl, namespace: str, obj: dict[str, Any]) -> dict[str, Any]:
-    """Create `obj` and return it as the API server stored it: no status yet."""
+    """Create `obj` and return it as the API server stored it: the CRD's default status."""
     out = kubectl("create", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(obj))
     return json.loads(out.stdout)
 
@@ -107,10 +107,10 @@ def test_a_partitionset_reads_right_under_kstatus_through_its_phases(
         "rebalance": {"interval": "1s", "handoffTimeout": "8s"},
     }
     created = create(kubectl, namespace, unit_set("PartitionSet", "demo", spec))
-    # kstatus' rule for a custom resource without status or conditions: Current. The operator's
-    # first pass replaces it at once with what the phase really is.
-    assert "status" not in created
-    assert kstatus_of(kstatus_binary, created)[0] == CURRENT
+    # Without a status kstatus would read Current; the CRD defaults it to observedGeneration 0,
+    # so a set the operator has not seen yet is in progress.
+    assert created["status"] == {"observedGeneration": 0}
+    assert kstatus_of(kstatus_binary, created)[0] == IN_PROGRESS
     record(created, "partitionset-created")
     walk = Walk(kubectl, namespace, wait_for, kstatus_binary, "PartitionSet", "demo")
 
@@ -182,7 +182,8 @@ def test_a_shardset_reads_right_under_kstatus(
         "rebalance": {"interval": "1s", "handoffTimeout": "30s"},
     }
     created = create(kubectl, namespace, unit_set("ShardSet", "carts", spec))
-    assert kstatus_of(kstatus_binary, created)[0] == CURRENT
+    assert created["status"] == {"observedGeneration": 0}
+    assert kstatus_of(kstatus_binary, created)[0] == IN_PROGRESS
     record(created, "shardset-created")
     walk = Walk(kubectl, namespace, wait_for, kstatus_binary, "ShardSet", "carts")
     walk.until(FAILED, "NoMembers", "stalled")
@@ -203,7 +204,8 @@ def test_a_graintype_reads_right_under_kstatus(
         "spec": {"selector": {"matchLabels": {"app": "silo"}}, "strategy": {"name": "HashBased"}},
     }
     created = create(kubectl, namespace, graintype)
-    assert kstatus_of(kstatus_binary, created)[0] == CURRENT
+    assert created["status"] == {"observedGeneration": 0}
+    assert kstatus_of(kstatus_binary, created)[0] == IN_PROGRESS
     record(created, "graintype-created")
     walk = Walk(kubectl, namespace, wait_for, kstatus_binary, "GrainType", "carts")
     walk.until(FAILED, "NoMembers", "stalled")

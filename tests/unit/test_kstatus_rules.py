@@ -61,6 +61,33 @@ def resource(kind: str, status: dict[str, Any] | None, generation: int = GENERAT
     return body
 
 
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+
+
+def created_status(kind: str) -> dict[str, Any]:
+    """The status the API server shows before the operator's first write: the CRD schema's
+    defaults (a status read from storage without one is defaulted like any other field)."""
+    crd = yaml.safe_load((CRDS / f"{kind.lower()}s.apportion.dev.yaml").read_text())
+    schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
+    defaulted = dict(schema["default"])
+    for name, field in schema["properties"].items():
+        if "default" in field:
+            defaulted.setdefault(name, field["default"])
+    return defaulted
+
+
+def test_a_new_object_is_in_progress_before_the_operator_writes_a_status(
+    kstatus_binary: Path,
+) -> None:
+    """kstatus reads a custom resource with no status as Current: Flux's `wait` would pass a
+    set the operator has not seen. The CRDs default the status so that it reads otherwise."""
+    for kind in ("PartitionSet", "ShardSet", "GrainType"):
+        status = created_status(kind)
+        assert status == {"observedGeneration": 0}, kind
+        assert kstatus_of(kstatus_binary, resource(kind, status))[0] == IN_PROGRESS, kind
+        assert kstatus_of(kstatus_binary, resource(kind, None))[0] == CURRENT, kind
+
+
 def verdicts(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
     return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
 
@@ -115,7 +142,7 @@ def phases(kind: str) -> dict[str, dict[str, Any] | None]:
     timed_out = Problem("HandoffTimedOut", "w-3 did not release 4 unit(s) within 5s")
     now = condition_time(NOW)
     return {
-        "created": None,
+        "created": created_status(kind),
         "waiting": status_of(empty, waiting, workers(1)),
         "placing": status_of(empty, first, four),
         "rebalancing": status_of(scale_out.new_table, scale_out, five),
@@ -154,9 +181,8 @@ def phases(kind: str) -> dict[str, dict[str, Any] | None]:
 
 
 UNIT_SET_EXPECTED = {
-    # kstatus: a custom resource without status or conditions is Current (its documented rule
-    # for resources it knows nothing of); the operator's first pass writes one at once.
-    "created": (CURRENT, None),
+    # the CRD's default status ({observedGeneration: 0}) until the operator's first write
+    "created": (IN_PROGRESS, None),
     "waiting": (IN_PROGRESS, "WaitingForMembers"),
     "placing": (IN_PROGRESS, "Placing"),
     "rebalancing": (IN_PROGRESS, "HandoffInProgress"),
@@ -179,7 +205,7 @@ def test_unit_set_phases_read_as_kstatus_documents(kind: str, kstatus_binary: Pa
     assert got == {phase: want for phase, (want, _) in UNIT_SET_EXPECTED.items()}
     for phase, (want, reason) in UNIT_SET_EXPECTED.items():
         status = statuses[phase]
-        if status is None:
+        if phase == "created":
             continue
         assert status["observedGeneration"] == GENERATION, phase
         assert {c["observedGeneration"] for c in status["conditions"]} == {GENERATION}, phase
@@ -251,7 +277,7 @@ def grain_status(selected: list[WorkerPod], published: bool = True, **kw: Any) -
 
 def test_graintype_phases_read_as_kstatus_documents(kstatus_binary: Path) -> None:
     statuses = {
-        "created": None,
+        "created": created_status("GrainType"),
         "publishing": grain_status([silo(0)], published=False),
         "members-starting": grain_status([silo(0, ready=False)]),
         "settled": grain_status([silo(0), silo(1)]),
@@ -262,7 +288,7 @@ def test_graintype_phases_read_as_kstatus_documents(kstatus_binary: Path) -> Non
         "pass-failed": blocked_status(GENERATION, [], "PassFailed", "API down", now=WALL),
     }
     expected = {
-        "created": (CURRENT, None),
+        "created": (IN_PROGRESS, None),
         "publishing": (IN_PROGRESS, "Publishing"),
         "members-starting": (IN_PROGRESS, "NoCompatibleMembers"),
         "settled": (CURRENT, None),
@@ -277,7 +303,7 @@ def test_graintype_phases_read_as_kstatus_documents(kstatus_binary: Path) -> Non
     assert got == {phase: want for phase, (want, _) in expected.items()}
     for phase, (want, reason) in expected.items():
         status = statuses[phase]
-        if status is None:
+        if phase == "created":
             continue
         assert status["observedGeneration"] == GENERATION, phase
         assert {c["observedGeneration"] for c in status["conditions"]} == {GENERATION}, phase
@@ -316,7 +342,7 @@ def test_the_kstatus_tool_reads_lists_yaml_streams_and_integer_generations(
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "statuses"
 RECORDED_EXPECTED = {
-    "created": CURRENT,
+    "created": IN_PROGRESS,
     "placing": IN_PROGRESS,
     "rebalancing": IN_PROGRESS,
     "generation-behind": IN_PROGRESS,

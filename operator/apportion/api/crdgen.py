@@ -224,7 +224,9 @@ def crd_for(kind: type[Resource]) -> dict[str, Any]:
             "kind": {"type": "string", "description": "Kind of this object."},
             "metadata": {"type": "object"},
             "spec": _schema_of(kind.spec_model(), ".spec"),
-            "status": _schema_of(kind.status_model(), ".status"),
+            # Defaulted on every read, so a new object shows `observedGeneration: 0` before the
+            # operator's first write: kstatus reads an object with no status as Current.
+            "status": {"default": {}, **_schema_of(kind.status_model(), ".status")},
         },
     }
     names: dict[str, Any] = {

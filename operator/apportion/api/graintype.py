@@ -291,8 +291,13 @@ class GrainTypeSpec(ApiModel):
 class GrainTypeStatus(ApiModel):
     """What the operator observed and published for a GrainType."""
 
-    observed_generation: int | None = Field(
-        None, ge=0, description="The metadata.generation this status reflects."
+    observed_generation: int = Field(
+        0,
+        ge=0,
+        description=(
+            "The metadata.generation this status reflects; 0 until the operator first saw the "
+            "object, so that GitOps tools read a new object as in progress, not as current."
+        ),
     )
     members: int | None = Field(None, ge=0, description="Worker pods selected.")
     compatible_members: int | None = Field(

@@ -486,8 +486,13 @@ class ReshardingStatus(ApiModel):
 class UnitSetStatus(ApiModel):
     """What the operator observed and published for a PartitionSet or ShardSet."""
 
-    observed_generation: int | None = Field(
-        None, ge=0, description="The metadata.generation this status reflects."
+    observed_generation: int = Field(
+        0,
+        ge=0,
+        description=(
+            "The metadata.generation this status reflects; 0 until the operator first saw the "
+            "object, so that GitOps tools read a new object as in progress, not as current."
+        ),
     )
     epoch: int | None = Field(
         None,
