@@ -9,7 +9,10 @@ reconciles during and after the moves Flux corrects nothing and never reverts th
 writes (it owns the spec through server-side apply, the operator only the status subresource);
 (d) a spec the CRD schema rejects leaves the Kustomization Ready=False with the API server's
 message and the applied objects as they were; (c) a commit that removes the set has Flux prune
-it and the garbage collector its ConfigMaps, with nothing hanging on a finalizer.
+it and the garbage collector its ConfigMaps, with nothing hanging on a finalizer; (e) a spec the
+API server accepts and apportion cannot satisfy makes the set Stalled and Flux's health check
+fail at once, the workers serving on; with the operator stopped, a commit removing the set has
+it pruned, its ConfigMaps collected and the workers stop serving its units.
 
 Figures (commit → Ready, reconciles without drift) are written to `flux-figures.json` in the
 test's temporary directory and printed."""
@@ -23,7 +26,16 @@ from typing import Any
 
 import pytest
 from flux_support import GitOps, SetWatch, apply_results, condition, managers
-from unitset_support import demo_worker, get, is_true, ready_pods, unit_set, workers
+from unitset_support import (
+    Ownership,
+    demo_worker,
+    get,
+    is_true,
+    ownership_log,
+    ready_pods,
+    unit_set,
+    workers,
+)
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
@@ -255,3 +267,86 @@ def owned_configmaps(kubectl, namespace: str, uid: str) -> list[str]:
         for c in items
         if any(o["uid"] == uid for o in c["metadata"].get("ownerReferences", []))
     )
+
+
+def serving(log: list[Ownership]) -> set[tuple[str, str]]:
+    """(pod, unit) pairs whose last line is an acquire or a resume: served now."""
+    last: dict[tuple[str, str], str] = {}
+    for entry in log:
+        last[(entry.pod, entry.unit)] = entry.action
+    return {key for key, action in last.items() if action in ("acquire", "resume")}
+
+
+def test_flux_fails_on_a_stalled_set_and_prunes_it_with_the_operator_stopped(
+    gitops, operator, flux, dev_cluster, namespace, kubectl, wait_for, tmp_path
+) -> None:
+    ns = namespace
+    figures = dict(gitops.figures)
+    pods = [p["metadata"]["name"] for p in ready_pods(kubectl, ns, f"app={WORKERS}")]
+    owner = f"PartitionSet/{SET}"
+    served = serving(ownership_log(dev_cluster, ns, pods, owner))
+    assert len(served) == 16, served
+    uid = get(kubectl, ns, "pset", SET)["metadata"]["uid"]
+
+    # (e) a spec the API server accepts and apportion cannot satisfy: a workloadRef to a
+    # StatefulSet that does not exist. The set is Stalled; Flux's health check (wait: true)
+    # fails on it, and the last published assignment stays: the workers keep serving.
+    files = manifests(3, 16)
+    files["partitionset.yaml"][0]["spec"]["workloadRef"]["name"] = "not-there"
+    sha = gitops.commit(files, "workloadRef to a StatefulSet that does not exist")
+    started = time.monotonic()
+
+    def health_check_failed():
+        k = gitops.kustomization()
+        ready = condition(k, "Ready")
+        return (
+            k
+            if ready.get("reason") == "HealthCheckFailed"
+            and k["status"].get("lastAttemptedRevision", "").endswith(sha)
+            else None
+        )
+
+    failed = wait_for(health_check_failed, 120, "Flux's health check never failed on the set")
+    figures["commit_to_health_check_failed_s"] = round(time.monotonic() - started, 2)
+    message = condition(failed, "Ready")["message"]
+    figures["health_check_message"] = message
+    # Flux names the object and kstatus' verdict; the why is on the object (fluxcd/pkg/ssa
+    # WaitForSet keeps only the status, not kstatus' message).
+    assert f"PartitionSet/{ns}/{SET} status: 'Failed'" in message, message
+    obj = get(kubectl, ns, "pset", SET)
+    stalled = condition(obj, "Stalled")
+    assert stalled["status"] == "True" and stalled["reason"] == "WorkloadNotFound", stalled
+    assert "not-there" in stalled["message"], stalled
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    assert serving(ownership_log(dev_cluster, ns, pods, owner)) == served
+
+    # The fix is applied again and the Kustomization is healthy.
+    sha = gitops.commit(manifests(3, 16), "fix: the workers' StatefulSet")
+    figures["commit_to_ready_after_fix_s"] = round(gitops.wait_ready(sha, wait_for), 2)
+    assert serving(ownership_log(dev_cluster, ns, pods, owner)) == served
+
+    # (c') the operator stopped, a commit removes the set: Flux prunes it (no finalizer waits
+    # for the operator), the garbage collector deletes its ConfigMaps, and the workers, whose
+    # table can no longer be confirmed, stop serving when their serving lease runs out.
+    assert operator.stop() == 0, operator.text()
+    configmaps = owned_configmaps(kubectl, ns, uid)
+    assert configmaps, "the set has no ConfigMaps owned by it"
+    sha = gitops.commit(manifests(3, None), "remove the PartitionSet, operator stopped")
+    started = time.monotonic()
+    gitops.wait_ready(sha, wait_for)
+    assert kubectl("get", "-n", ns, "pset", SET, check=False).returncode != 0
+    figures["operator_stopped_commit_to_pruned_s"] = round(time.monotonic() - started, 2)
+    wait_for(
+        lambda: not owned_configmaps(kubectl, ns, uid), 60, f"ConfigMaps {configmaps} left behind"
+    )
+    figures["operator_stopped_commit_to_configmaps_collected_s"] = round(
+        time.monotonic() - started, 2
+    )
+    wait_for(
+        lambda: not serving(ownership_log(dev_cluster, ns, pods, owner)),
+        90,
+        "the workers still serve units of the pruned set",
+    )
+    figures["operator_stopped_commit_to_workers_stopped_s"] = round(time.monotonic() - started, 2)
+    assert len(ready_pods(kubectl, ns, f"app={WORKERS}")) == 3
+    report(tmp_path, figures)
