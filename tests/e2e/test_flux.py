@@ -4,7 +4,7 @@ namespace the operator (a process, as in the other e2e tests) watches, on the po
 dev-cluster.
 
 (a) the Kustomization (`wait: true`, `prune: true`) becomes Ready; (b) a commit that scales the
-workers and splits the partitions is applied, the operator rebalances, and over many Flux
+workers, splits the partitions and changes the strategy is applied, the operator rebalances, and over many Flux
 reconciles during and after the moves Flux corrects nothing and never reverts the operator's
 writes (it owns the spec through server-side apply, the operator only the status subresource);
 (d) a spec the CRD schema rejects leaves the Kustomization Ready=False with the API server's
@@ -63,13 +63,16 @@ def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
         yield server
 
 
-def manifests(replicas: int, partitions: int | None) -> dict[str, list[dict[str, Any]]]:
+def manifests(
+    replicas: int, partitions: int | None, strategy: str = "Balanced"
+) -> dict[str, list[dict[str, Any]]]:
     files = {"workers.yaml": [workers(WORKERS, replicas, command=demo_worker("PartitionSet", SET))]}
     if partitions is not None:
         spec = {
             "partitions": partitions,
             "keyScheme": "apportion",
             "workloadRef": {"kind": "StatefulSet", "name": WORKERS},
+            "strategy": {"name": strategy},
             "rebalance": {"interval": "1s", "handoffTimeout": "60s", "maxMovesPerRound": "100%"},
         }
         files["partitionset.yaml"] = [unit_set("PartitionSet", SET, spec)]
@@ -125,7 +128,7 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
     before = get(kubectl, ns, "pset", SET)
     epochs = [before["status"]["epoch"]]
     watch = SetWatch(dev_cluster, ns, "pset", SET, tmp_path / "watch.json")
-    sha = gitops.commit(manifests(4, 32), "4 workers, 32 partitions")
+    sha = gitops.commit(manifests(4, 32, "LeastShards"), "4 workers, 32 partitions, LeastShards")
     started = time.monotonic()
     ready_s = None
     ready_mark = 0
@@ -153,6 +156,7 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
 
     obj = get(kubectl, ns, "pset", SET)
     assert obj["spec"]["partitions"] == 32 and obj["status"]["assignedUnits"] == 32
+    assert obj["spec"]["strategy"]["name"] == "LeastShards"
     assert epochs == sorted(epochs), f"status.epoch went back: {epochs}"
     assert epochs[-1] > epochs[0]
     # Every version of the set the API server had meanwhile (a watch): the epoch never went
