@@ -4,8 +4,8 @@ namespace the operator (a process, as in the other e2e tests) watches, on the po
 dev-cluster.
 
 (a) the Kustomization (`wait: true`, `prune: true`) becomes Ready; (b) a commit that scales the
-workers, splits the partitions and changes the strategy is applied, the operator rebalances, and over many Flux
-reconciles during and after the moves Flux corrects nothing and never reverts the operator's
+workers, splits the partitions and changes the strategy is applied, the operator rebalances,
+and over many Flux reconciles during and after the moves Flux corrects nothing and never reverts the operator's
 writes (it owns the spec through server-side apply, the operator only the status subresource);
 (d) a spec the CRD schema rejects leaves the Kustomization Ready=False with the API server's
 message and the applied objects as they were; (c) a commit that removes the set has Flux prune
@@ -89,8 +89,9 @@ def gitops(operator, flux, git_server, namespace, kubectl, wait_for, tmp_path):
     ops.wait_ready(sha, wait_for, 120)
     first_ready = time.monotonic() - started
     assert len(ready_pods(kubectl, namespace, f"app={WORKERS}")) == 3
-    obj = wait_for(lambda: balanced(kubectl, namespace, 3), 90, "Balanced over 3 workers")
-    assert obj["status"]["assignedUnits"] == 16
+    # Ready only once the set was Current: every unit placed (a count that never drops after).
+    assert get(kubectl, namespace, "pset", SET)["status"]["assignedUnits"] == 16
+    wait_for(lambda: balanced(kubectl, namespace, 3), 90, "Balanced over 3 workers")
     ops.figures = {"install_to_ready_s": round(first_ready, 2)}
     yield ops
     ops.uninstall()
