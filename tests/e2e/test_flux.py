@@ -6,7 +6,8 @@ dev-cluster.
 (a) the Kustomization (`wait: true`, `prune: true`) becomes Ready; (b) a commit that scales the
 workers, splits the partitions and changes the strategy is applied, the operator rebalances,
 and over many Flux reconciles during and after the moves Flux corrects nothing and never
-reverts the operator's writes (it owns the spec through server-side apply, the operator only the status subresource);
+reverts the operator's writes (it owns the spec through server-side apply, the operator only
+the status subresource);
 (d) a spec the CRD schema rejects leaves the Kustomization Ready=False with the API server's
 message and the applied objects as they were; (c) a commit that removes the set has Flux prune
 it and the garbage collector its ConfigMaps, with nothing hanging on a finalizer; (e) a spec the
