@@ -95,7 +95,7 @@ EXPECTED = {
     "partitionset-placing": (
         "Progressing",
         "WaitingForMembers: the first placement waits for 2 ready member(s) "
-        "(startup.minMembers); 0 ready so far",
+        "(startup.minMembers); 1 ready so far",
     ),
     "partitionset-rebalancing": ("Progressing", "HandoffInProgress: 3 unit(s) being handed off"),
     "partitionset-settled": ("Healthy", "Assigned: every unit has a live owner (epoch 1)"),

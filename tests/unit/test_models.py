@@ -287,8 +287,8 @@ def test_condition_reason_must_be_camel_case() -> None:
 
 
 def test_compact_wire_form_and_full_patch_form() -> None:
-    status = UnitSetStatus(members=0)
-    assert status.to_json_dict() == {"members": 0}
+    status = UnitSetStatus(members=0, observed_generation=2)
+    assert status.to_json_dict() == {"observedGeneration": 2, "members": 0}
     full = status.model_dump(mode="json")
     assert full["memberUnits"] == [] and full["imbalance"] is None, (
         "a merge patch built from model_dump clears stale rows and values"
