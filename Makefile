@@ -52,7 +52,7 @@ demo: controlplane
 	$(BIN)/apportion demo
 
 test: lint controlplane java kafka-jars postgres-deps
-	$(BIN)/pytest tests
+	$(BIN)/pytest tests --durations=25
 
 unit: setup postgres-deps
 	$(BIN)/pytest tests/unit
