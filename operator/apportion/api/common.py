@@ -208,6 +208,17 @@ def min_duration(what: str, minimum: str) -> dict[str, Any]:
     )
 
 
+def max_duration(what: str, maximum: str) -> dict[str, Any]:
+    """CEL rules for a Duration field that must be at most `maximum` (as `min_duration`)."""
+    return validations(
+        _DURATION_FORMAT,
+        cel(
+            f"!self.matches(r'{GO_DURATION_RE}') || duration(self) <= duration('{maximum}')",
+            f"{what} must be at most {maximum}",
+        ),
+    )
+
+
 def _parse_decimal(value: Any) -> float:
     number = float(value)
     if not math.isfinite(number) or number < 0:
