@@ -111,9 +111,18 @@ def test_past_the_grace_a_restarting_members_units_move_as_usual() -> None:
     restarting = with_pod(workers(), WorkerPod("w-3", "uid-w-3", ready=False))
     held = run(s, table, restarting, T0 + 1).restart_holds
     expired = run(s, table, restarting, T0 + 1 + GRACE, restart_holds=held)
-    assert not expired.restart_holds
-    assert expired.new_table is not None
-    assert set(expired.new_table.releasing()) == units_of(table, "w-3")
+    assert expired.restart_holds == {"w-3": RestartHold("w-3", T0 + 1, frozenset())}, "spent"
+    moving = expired.new_table
+    assert moving is not None and set(moving.releasing()) == units_of(table, "w-3")
+
+    # Still NotReady: the spent hold keeps a new one from starting and undoing the moves.
+    later = run(s, moving, restarting, T0 + 2 + GRACE, restart_holds=expired.restart_holds)
+    assert later.restart_holds == expired.restart_holds
+    assert later.new_table is None or set(later.new_table.releasing()) == set(moving.releasing())
+    assert later.wake_at != T0 + 2 + 2 * GRACE, "no grace runs any more"
+
+    back = run(s, moving, workers(), T0 + 3 + GRACE, restart_holds=later.restart_holds)
+    assert not back.restart_holds, "Ready again: the next restart gets a grace of its own"
 
 
 # ------------------------------------------------------------- StatefulSet pod recreated
@@ -161,7 +170,7 @@ def test_a_recreated_pod_that_comes_too_late_gets_nothing_reserved() -> None:
     gone = with_pod(workers(), None)
     first = run(s, table, gone, T0 + 1)
     late = run(s, first.new_table, gone, T0 + 1 + GRACE, restart_holds=first.restart_holds)
-    assert not late.restart_holds
+    assert all(hold.spent for hold in late.restart_holds.values())
     placed = late.new_table
     assert placed is not None
     assert all(state.owner in {"w-0", "w-1", "w-2"} for state in placed.units.values())

@@ -25,11 +25,17 @@ from apportion.api.pods import WorkerPod
 
 @dataclass(frozen=True, slots=True)
 class RestartHold:
-    """Units kept for member `pod`, which began restarting at `since` (Unix seconds)."""
+    """Units kept for member `pod`, which began restarting at `since` (Unix seconds). A spent
+    hold (its grace is over) keeps no unit: it only stops a new hold from starting for the same
+    absence."""
 
     pod: str
     since: float
     units: frozenset[str]
+
+    @property
+    def spent(self) -> bool:
+        return not self.units
 
     def until(self, grace: float) -> float:
         return self.since + grace
@@ -66,8 +72,6 @@ def track_holds(
     kept: dict[str, RestartHold] = {}
     for name in sorted(holds.keys() | owned.keys()):
         hold = holds.get(name)
-        if hold is not None and now >= hold.until(grace):
-            continue  # the grace is over: placement is normal again
         pod = live.get(name)
         if pod is not None and pod.terminating:
             continue  # on its way out: its units are handed off as a draining member's
@@ -76,11 +80,16 @@ def track_holds(
             continue  # back, and owns what it had (or it never left)
         if not same and not returns(name):
             continue  # gone for good: its units are placed again at once
+        if hold is not None and now >= hold.until(grace):
+            # Spent: placement is normal again, and no new hold starts for this absence (it
+            # would keep the units forever), until the member is back or gone for good.
+            kept[name] = RestartHold(name, hold.since, frozenset())
+            continue
         mine = owned.get(name, set()) | (hold.units if hold is not None else frozenset())
         units = frozenset(
             u for u in mine if u in published.units and published.units[u].owner in (None, name)
         )
-        if units:
+        if units or hold is not None:
             kept[name] = RestartHold(name, now if hold is None else hold.since, units)
     return kept
 

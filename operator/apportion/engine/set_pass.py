@@ -138,7 +138,9 @@ class PassResult:
     def wake_at(self) -> float | None:
         """When to run a pass again although nothing changed (hand-off timeout, next round)."""
         times = [t for t in (self.decision and self.decision.wake_at, self.next_round) if t]
-        times.extend(hold.until(self.restart_grace) for hold in self.restart_holds.values())
+        times.extend(
+            hold.until(self.restart_grace) for hold in self.restart_holds.values() if not hold.spent
+        )
         return min(times) if times else None
 
 
@@ -702,7 +704,7 @@ def _conditions(
 
     if blocking is not None:
         ready = (False, blocking.reason, blocking.message)
-    elif owned < total and result.restart_holds:
+    elif owned < total and any(not h.spent for h in result.restart_holds.values()):
         # kubectl describe should say why units are unowned: they wait for a restart.
         ready = (False, "WaitingForRestart", _waiting_for_restart(s.result, total - owned))
     elif owned < total:
@@ -779,7 +781,9 @@ def _conditions(
 
 
 def _waiting_for_restart(result: PassResult, unowned: int) -> str:
-    holds = sorted(result.restart_holds.values(), key=lambda h: natural_key(h.pod))
+    holds = sorted(
+        (h for h in result.restart_holds.values() if not h.spent), key=lambda h: natural_key(h.pod)
+    )
     each = ", ".join(
         f"{len(h.units)} for {h.pod} until {_timestamp(h.until(result.restart_grace))}"
         for h in holds[:4]

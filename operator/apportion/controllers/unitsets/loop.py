@@ -401,7 +401,7 @@ class SetLoop:
         """An Event for each member whose units start to wait for its restart, so that
         `kubectl describe` tells why they do not move (or stay unowned)."""
         for name, hold in result.restart_holds.items():
-            if name in self.state.restart_holds:
+            if name in self.state.restart_holds or hold.spent:
                 continue
             until = timestamp(hold.until(result.restart_grace))
             message = (
