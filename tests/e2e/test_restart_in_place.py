@@ -7,6 +7,8 @@ epochs and from the workers' own serving logs.
   again under their tokens, and no other pod ever serves them.
 - A restart that outlasts the grace (the process comes back only after a sleep, the pod NotReady
   until it answers its readiness probe): the units move to the other pods.
+- A StatefulSet pod force-deleted and recreated under its name within the grace: its units wait
+  unowned and return to the new incarnation under new tokens; no sibling serves them.
 """
 
 from __future__ import annotations
@@ -156,3 +158,38 @@ def test_a_restart_that_outlasts_the_grace_moves_the_units(
     ]
     held = {hold["pod"]: hold["units"] for hold in status.get("restartHolds") or ()}
     assert held.get(VICTIM, "") == "", "the grace is spent: nothing is held for it any more"
+
+
+def test_a_statefulset_pod_recreated_within_the_grace_gets_its_units_back(
+    dev_cluster, namespace, operator, wait_for
+) -> None:
+    """Force-deleted (its process stopped at once, no drain), the pod comes back under its name
+    as a new incarnation: its units wait unowned for it and return under new tokens, and no
+    other pod serves them meanwhile."""
+    kubectl = dev_cluster.kubectl
+    sts = workers(SET, 3, command=demo_worker("PartitionSet", SET))
+    before = place(dev_cluster, namespace, "30s", sts)
+    mine = {u for u, s in before.units.items() if s.owner == VICTIM}
+    deleted_at = time.time()
+    kubectl("delete", "pod", VICTIM, "-n", namespace, "--grace-period=0", "--force")
+
+    def returned() -> AssignmentTable | None:
+        table = read_table(kubectl, namespace, "PartitionSet", SET)
+        if table is None or table.member_uids.get(VICTIM) in (None, before.member_uids[VICTIM]):
+            return None
+        served = {
+            o.unit
+            for o in ownership_log(dev_cluster, namespace, [VICTIM], f"PartitionSet/{SET}")
+            if o.action == "acquire" and o.time > deleted_at
+        }
+        back = all(table.units[u].owner == VICTIM for u in mine) and served >= mine
+        return table if back else None
+
+    after = wait_for(returned, timeout=90, message="the recreated pod never got its units back")
+    assert all(after.units[u].epoch > before.units[u].epoch for u in mine), "new tokens"
+    others = {u: (s.owner, s.epoch) for u, s in before.units.items() if u not in mine}
+    assert {u: (s.owner, s.epoch) for u, s in after.units.items() if u not in mine} == others
+    log = ownership_log(dev_cluster, namespace, PODS, f"PartitionSet/{SET}")
+    taken = [o for o in log if o.time > deleted_at and o.pod != VICTIM and o.unit in mine]
+    assert taken == [], "a sibling served a unit held for the restart"
+    assert "HeldForRestart" in reasons(events(kubectl, namespace, SET))
