@@ -161,6 +161,8 @@ def format_duration(value: timedelta) -> str:
     round-trip as written), longer spans in hours, minutes and seconds ("27h46m40s"), less
     than a second in ms or us ("250ms", "1500us", "100.001ms")."""
     micros = round(value / timedelta(microseconds=1))
+    if micros == 0:
+        return "0s"  # as Go writes it: a switched-off duration reads as such in the defaults
     if micros < 1_000_000:
         if micros % 1000 == 0:
             return f"{micros // 1000}ms"
