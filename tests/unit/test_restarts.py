@@ -258,3 +258,17 @@ def test_hold_rows_round_trip() -> None:
         "units": "0-2,7",
     }
     assert hold_from_row(row) == hold
+
+
+def test_a_pass_that_decides_nothing_keeps_the_holds_and_wakes_for_none_past() -> None:
+    """With no member at all (a one-pod StatefulSet restarting), the hold is kept as it was;
+    once its grace is over it is spent, so the loop does not wake again and again for it."""
+    s = spec()
+    table = balanced(s)
+    holds = {"w-3": RestartHold("w-3", T0, frozenset(units_of(table, "w-3")))}
+    waiting = run(s, table, [], T0 + 5, restart_holds=holds)
+    assert waiting.decision is None and waiting.restart_holds == holds
+    assert waiting.wake_at == T0 + GRACE
+    over = run(s, table, [], T0 + GRACE + 1, restart_holds=holds)
+    assert over.restart_holds == {"w-3": RestartHold("w-3", T0, frozenset())}
+    assert over.wake_at is None

@@ -94,6 +94,17 @@ def track_holds(
     return kept
 
 
+def spend_expired(
+    holds: Mapping[str, RestartHold], now: float, grace: float
+) -> dict[str, RestartHold]:
+    """The holds as a pass that decides nothing keeps them (no members, a fence): as they were,
+    but spent once their grace is over, so that nothing waits for a deadline already past."""
+    return {
+        name: hold if now < hold.until(grace) else RestartHold(name, hold.since, frozenset())
+        for name, hold in holds.items()
+    }
+
+
 def held_target(
     holds: Mapping[str, RestartHold], pods: Sequence[WorkerPod]
 ) -> dict[str, str | None]:

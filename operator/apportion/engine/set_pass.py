@@ -48,6 +48,7 @@ from apportion.engine.restarts import (
     RestartHold,
     held_target,
     hold_rows,
+    spend_expired,
     stateful_identity,
     track_holds,
 )
@@ -543,7 +544,7 @@ def _undecided(inp: PassInput, problems: Sequence[Problem]) -> PassResult:
     return PassResult(
         decision=None,
         problems=tuple(problems),
-        restart_holds=inp.restart_holds if grace > 0 else {},
+        restart_holds=spend_expired(inp.restart_holds, inp.now, grace) if grace > 0 else {},
         restart_grace=grace,
     )
 

@@ -34,6 +34,7 @@ from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
+from apportion.engine.restarts import spend_expired
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
@@ -242,7 +243,9 @@ class SetLoop:
             result = PassResult(
                 decision=None,
                 problems=(problem,),
-                restart_holds=self.state.restart_holds,
+                restart_holds=spend_expired(
+                    self.state.restart_holds, now, self.state.restart_grace
+                ),
                 restart_grace=self.state.restart_grace,
             )
         else:
