@@ -272,3 +272,22 @@ def test_a_pass_that_decides_nothing_keeps_the_holds_and_wakes_for_none_past() -
     over = run(s, table, [], T0 + GRACE + 1, restart_holds=holds)
     assert over.restart_holds == {"w-3": RestartHold("w-3", T0, frozenset())}
     assert over.wake_at is None
+
+
+def test_a_pod_no_longer_selected_or_drained_is_not_held() -> None:
+    """A departed pod (relabelled out of the set) still runs: it hands its units off like a
+    drained one, instead of keeping them as if it were restarting."""
+    s = spec()
+    table = balanced(s)
+    departed = run(
+        s,
+        table,
+        with_pod(workers(), None),
+        T0 + 1,
+        departed=[WorkerPod("w-3", "uid-w-3", ready=False)],
+    )
+    assert not departed.restart_holds
+    assert set(departed.new_table.releasing()) == units_of(table, "w-3")
+    cordoned = WorkerPod("w-3", "uid-w-3", drained=True, ready=False)
+    drained = run(s, table, with_pod(workers(), cordoned), T0 + 1)
+    assert not drained.restart_holds

@@ -59,8 +59,9 @@ def track_holds(
     grace: float,
     returns: Callable[[str], bool],
 ) -> dict[str, RestartHold]:
-    """The holds after this pass. `pods`: the selected pods present; `returns`: whether a new
-    incarnation of a member's name is expected once the old one is gone (`stateful_identity`)."""
+    """The holds after this pass. `pods`: the set's pods present (those no longer selected as
+    drained); `returns`: whether a new incarnation of a member's name is expected once the old
+    one is gone (`stateful_identity`)."""
     if grace <= 0:
         return {}
     live = {pod.name: pod for pod in pods}
@@ -73,8 +74,8 @@ def track_holds(
     for name in sorted(holds.keys() | owned.keys()):
         hold = holds.get(name)
         pod = live.get(name)
-        if pod is not None and pod.terminating:
-            continue  # on its way out: its units are handed off as a draining member's
+        if pod is not None and pod.draining:
+            continue  # on its way out (or drained): its units are handed off, not kept
         same = pod is not None and uids.get(name) == pod.uid
         if pod is not None and same and pod.ready:
             continue  # back, and owns what it had (or it never left)

@@ -433,7 +433,7 @@ def plan_pass(inp: PassInput) -> PassResult:
     holds = track_holds(
         inp.restart_holds,
         published,
-        inp.pods,
+        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
         now,
         grace,
         lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
