@@ -19,7 +19,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from unitset_support import (
     ownership_log,
     read_table,
     unit_set,
+    worker_pid,
     workers,
 )
 
@@ -41,24 +41,6 @@ from apportion.api.pods import DRAIN_ANNOTATION
 SET = "cuts"
 UNITS = 6
 _http = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-def worker_pid(namespace: str, pod: str) -> int:
-    """The demo worker process the pod simulator runs for `pod` (found by its environment)."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"POD_NAME={pod}".encode() in environ and (
-            f"POD_NAMESPACE={namespace}".encode() in environ
-        ):
-            cmdline = (entry / "cmdline").read_bytes()
-            if b"demo-worker" in cmdline:
-                return int(entry.name)
-    raise LookupError(f"no demo worker process for {namespace}/{pod}")
 
 
 def ask(ip: str, unit: int) -> int:

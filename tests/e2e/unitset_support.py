@@ -171,6 +171,24 @@ def demo_worker(kind: str, set_name: str) -> list[str]:
     return ["apportion", "demo-worker", "--kind", kind, "--set", set_name, "--port", "8080"]
 
 
+def worker_pid(namespace: str, pod: str) -> int:
+    """The demo worker process the pod simulator runs for `pod` (found by its environment)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"POD_NAME={pod}".encode() in environ and (
+            f"POD_NAMESPACE={namespace}".encode() in environ
+        ):
+            cmdline = (entry / "cmdline").read_bytes()
+            if b"demo-worker" in cmdline:
+                return int(entry.name)
+    raise LookupError(f"no demo worker process for {namespace}/{pod}")
+
+
 def unit_set(kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": API, "kind": kind, "metadata": {"name": name}, "spec": spec}
 

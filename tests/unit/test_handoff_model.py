@@ -13,6 +13,11 @@ dies with it (a restart); the status — epoch reservation, published epoch, fen
 the published epoch may lag the table (the operator died between the two writes). The
 operator's side is the code the operator runs: `engine.handoff.step` for each pass and
 `engine.set_state.SetState` for what it carries between passes (repair, reservation, fence).
+
+Pods restart in place too (rebalance.restartGrace, `engine.restarts`): a pod without a running
+process is NotReady, and a member that is NotReady or gone (a StatefulSet ordinal, p0 and p1;
+p2 is one scaled in, never waited for) has its units held for it until RESTART_GRACE has passed:
+kept on the restarting pod, or unowned for its next incarnation, whatever the target says.
 """
 
 from __future__ import annotations
@@ -47,11 +52,15 @@ from apportion.engine.handoff import (
     step,
     supersedes,
 )
+from apportion.engine.restarts import held_target, track_holds
 from apportion.engine.set_state import SetState
 
 UNITS = ("0", "1", "2")
 NAMES = ("p0", "p1", "p2")
 TIMEOUT = 10.0
+RESTART_GRACE = 15.0
+RETURNING = frozenset({"p0", "p1"})
+"""StatefulSet ordinals below replicas: a new incarnation of these names is waited for."""
 SET = ResourceRef("ShardSet", "ns", "model", "set-uid")
 TEMPLATE = AssignmentTable.initial(SET, generation=1, key_scheme="akka", count=len(UNITS))
 GARBLED = "not a table"
@@ -141,14 +150,33 @@ class HandoffModel(RuleBasedStateMachine):
             return None
         published = self.state.remembered or self.latest
         assert published is self.stored or published == self.stored
-        live = {n: WorkerPod(n, p.uid, terminating=p.terminating) for n, p in self.pods.items()}
+        live = {
+            n: WorkerPod(n, p.uid, terminating=p.terminating, ready=n in self.procs)
+            for n, p in self.pods.items()
+        }
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
-        decision = step(published, self.target, acks, live, now, TIMEOUT)
+        pods = list(live.values())
+        holds = track_holds(
+            self.state.restart_holds, published, pods, now, RESTART_GRACE, RETURNING.__contains__
+        )
+        self.state.note_holds(holds, RESTART_GRACE)
+        if holds:
+            event("units held for a restart")
+        for name in holds:
+            pod = self.pods.get(name)
+            if pod is None:
+                event("units held for a pod gone")
+            elif published.member_uids.get(name) != pod.uid:
+                event("units held for a new incarnation")
+            else:
+                event("units held for a NotReady pod")
+        target = {**self.target, **held_target(holds, pods)}
+        decision = step(published, target, acks, live, now, TIMEOUT)
         new = decision.new_table
         if new is None:
             return decision
         assert new.epoch == published.epoch + 1
-        assert step(new, self.target, acks, live, now, TIMEOUT).new_table is None, (
+        assert step(new, target, acks, live, now, TIMEOUT).new_table is None, (
             "same inputs must not cause a second write"
         )
         for happened in decision.events:
@@ -162,13 +190,20 @@ class HandoffModel(RuleBasedStateMachine):
         return decision
 
     @initialize(
-        pods=st.sets(names, min_size=1), wanted=st.dictionaries(st.sampled_from(UNITS), names)
+        pods=st.sets(names, min_size=1),
+        wanted=st.dictionaries(st.sampled_from(UNITS), names),
+        restart=st.sampled_from([True, True, True, False]),
     )
-    def fleet(self, pods: set[str], wanted: dict[str, str]) -> None:
+    def fleet(self, pods: set[str], wanted: dict[str, str], restart: bool) -> None:
+        """The first placement, and most often a container restart of an owner right after it:
+        restarts then overlap everything the rules do next."""
         for name in sorted(pods):
             self.create_pod(name)
         self.target = wanted
         self.operator_step(self.now)
+        owners = sorted({o for o in self.latest.owners().values() if o is not None})
+        if restart and owners:
+            self.container_restarts(owners[0], watch_fired=True)
 
     status_follows = True
 
@@ -243,6 +278,19 @@ class HandoffModel(RuleBasedStateMachine):
         pod = self.pods.get(name)
         if pod is not None and not pod.terminating and name not in self.procs:
             self.start_process(name)
+
+    @rule(name=names, watch_fired=st.booleans())
+    def container_restarts(self, name: str, watch_fired: bool) -> None:
+        """The process dies (the pod turns NotReady); the kubelet starts it again later."""
+        self.crash_process(name)
+        self.react(watch_fired)
+
+    @rule(name=names, watch_fired=st.booleans())
+    def pod_recreated(self, name: str, watch_fired: bool) -> None:
+        """A StatefulSet pod deleted (its process gone) and created again under its name."""
+        self.delete_pod(name)
+        self.react(watch_fired)
+        self.create_pod(name)
 
     @rule(name=names)
     def terminate_pod(self, name: str) -> None:
@@ -431,6 +479,9 @@ class HandoffModel(RuleBasedStateMachine):
         for _ in range(6):
             if self.state.fence_until is not None:
                 self.now = max(self.now, self.state.fence_until)
+            for hold in self.state.restart_holds.values():
+                # A pod deleted for good is waited for no longer than the grace.
+                self.now = max(self.now, hold.until(RESTART_GRACE))
             for name, proc in self.procs.items():
                 self.handle(name, self.latest)
                 for unit in list(proc.finishing):

@@ -161,6 +161,8 @@ def format_duration(value: timedelta) -> str:
     round-trip as written), longer spans in hours, minutes and seconds ("27h46m40s"), less
     than a second in ms or us ("250ms", "1500us", "100.001ms")."""
     micros = round(value / timedelta(microseconds=1))
+    if micros == 0:
+        return "0s"  # as Go writes it: a switched-off duration reads as such in the defaults
     if micros < 1_000_000:
         if micros % 1000 == 0:
             return f"{micros // 1000}ms"
@@ -204,6 +206,17 @@ def min_duration(what: str, minimum: str) -> dict[str, Any]:
         cel(
             f"!self.matches(r'{GO_DURATION_RE}') || duration(self) >= duration('{minimum}')",
             f"{what} must be at least {minimum}",
+        ),
+    )
+
+
+def max_duration(what: str, maximum: str) -> dict[str, Any]:
+    """CEL rules for a Duration field that must be at most `maximum` (as `min_duration`)."""
+    return validations(
+        _DURATION_FORMAT,
+        cel(
+            f"!self.matches(r'{GO_DURATION_RE}') || duration(self) <= duration('{maximum}')",
+            f"{what} must be at most {maximum}",
         ),
     )
 

@@ -31,6 +31,7 @@ from apportion.api.common import (
     cel,
     defaulted,
     list_map,
+    max_duration,
     min_duration,
     parse_duration,
     strategy_option_rules,
@@ -292,6 +293,16 @@ class RebalancePolicy(ApiModel):
         "is reassigned anyway (Akka's handoff-timeout).",
         json_schema_extra=min_duration("rebalance.handoffTimeout", "1s"),
     )
+    restart_grace: Duration = Field(
+        parse_duration("0s"),
+        description="How long the units of a member that restarts in place wait for it instead "
+        "of moving to a sibling and back: a container restart (the pod NotReady, same uid) or, "
+        "with a StatefulSet workloadRef, a pod recreated under the same name (ordinals below "
+        "replicas). Held units stay with the restarting pod, or unowned once its old "
+        "incarnation is gone, and return to it under a new token; after restartGrace they are "
+        "placed as usual. 0s (the default) waits for nobody. At most 10m.",
+        json_schema_extra=max_duration("rebalance.restartGrace", "10m"),
+    )
     when_cut_off: WhenCutOff = Field(
         WhenCutOff.STOP_SERVING,
         description="What a worker that cannot confirm its view of the assignment (API server "
@@ -483,6 +494,18 @@ class ReshardingStatus(ApiModel):
     total_units: int = Field(ge=0, le=MAX_UNITS, description="Units of the next table.")
 
 
+class RestartHoldStatus(ApiModel):
+    """Units held for a member that restarts in place (rebalance.restartGrace)."""
+
+    pod: ObjectName = Field(description="The member: a pod name, whichever incarnation.")
+    since: datetime = Field(description="When the operator saw it leave (NotReady or gone).")
+    until: datetime = Field(description="When its units are placed as usual if it is not back.")
+    units: str = Field(
+        max_length=65536,
+        description='The units held, as ranges of unit numbers: "0-7,12" (cut at 64 KiB).',
+    )
+
+
 class UnitSetStatus(ApiModel):
     """What the operator observed and published for a PartitionSet or ShardSet."""
 
@@ -554,6 +577,13 @@ class UnitSetStatus(ApiModel):
         json_schema_extra=list_map("member"),
         description=f"Units per member, most loaded first; at most {MAX_MEMBER_ROWS} rows (see "
         "`members` for the total).",
+    )
+    restart_holds: list[RestartHoldStatus] = Field(
+        default_factory=list,
+        max_length=MAX_MEMBER_ROWS,
+        json_schema_extra=list_map("pod"),
+        description="Members restarting in place whose units wait for them (rebalance."
+        "restartGrace): nothing else may take those units before `until`.",
     )
     resharding: ReshardingStatus | None = Field(
         None,

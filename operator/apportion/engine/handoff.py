@@ -36,6 +36,7 @@ class Reason(StrEnum):
     HANDOFF_COMPLETED = "HandoffCompleted"
     HANDOFF_TIMED_OUT = "HandoffTimedOut"
     OWNER_GONE = "OwnerGone"
+    HELD_FOR_RESTART = "HeldForRestart"
     RESHARDED = "Resharded"
 
 
@@ -79,6 +80,11 @@ class HandoffEvent:
                 return (
                     f"resharded {src} unit(s) into {what}; each stays on the pod of its "
                     "parent(s) until the rebalance spreads them"
+                )
+            case Reason.HELD_FOR_RESTART:
+                return (
+                    f"owner pod {src} is gone; {what} wait unowned for its new incarnation "
+                    "(rebalance.restartGrace)"
                 )
             case Reason.OWNER_GONE:
                 where = f"reassigned to {dst}" if dst else "no member can take them"

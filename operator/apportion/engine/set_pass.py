@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +44,14 @@ from apportion.engine.allocation import (
 from apportion.engine.allocation.from_spec import move_budget, strategy_for
 from apportion.engine.handoff import HandoffDecision, HandoffEvent, Reason, step
 from apportion.engine.reshard import Progress, gather_targets, next_lineage, progress, resharded
+from apportion.engine.restarts import (
+    RestartHold,
+    held_target,
+    hold_rows,
+    spend_expired,
+    stateful_identity,
+    track_holds,
+)
 
 NEW_REVISION = "1"
 OLD_REVISION = "0"
@@ -95,6 +103,8 @@ class PassInput:
     releases_known: Mapping[str, float] | None = None
     """Releasing unit → when this operator knew the release was published; a release times
     out only `handoffTimeout` after it (`apportion.engine.handoff.step`). None: from `since`."""
+    restart_holds: Mapping[str, RestartHold] = field(default_factory=dict)
+    """The holds of the previous pass (`apportion.engine.restarts`), by member name."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,9 @@ class PassResult:
     summary: str | None = None
     imbalance: float | None = None
     resharding: Progress | None = None
+    restart_holds: Mapping[str, RestartHold] = field(default_factory=dict)
+    """Members restarting in place whose units wait for them after this pass."""
+    restart_grace: float = 0.0
 
     @property
     def new_table(self) -> AssignmentTable | None:
@@ -126,6 +139,9 @@ class PassResult:
     def wake_at(self) -> float | None:
         """When to run a pass again although nothing changed (hand-off timeout, next round)."""
         times = [t for t in (self.decision and self.decision.wake_at, self.next_round) if t]
+        times.extend(
+            hold.until(self.restart_grace) for hold in self.restart_holds.values() if not hold.spent
+        )
         return min(times) if times else None
 
 
@@ -258,24 +274,27 @@ def allocation_request(
     owners: Mapping[str, str],
     moving: frozenset[str],
     loads: Mapping[str, float] | None,
+    held: Collection[str] = (),
 ) -> AllocationRequest:
-    """The strategy's request: every unit, each member's units oldest first (strategies shed
-    the most recently placed ones, which have settled the least)."""
-    held: dict[str, list[str]] = {m.name: [] for m in members}
-    for unit in published.unit_names:
+    """The strategy's request: every unit but the `held` ones (which wait for a restarting
+    member), each member's units oldest first (strategies shed the most recently placed ones,
+    which have settled the least)."""
+    units = [u for u in published.unit_names if u not in held] if held else published.unit_names
+    by_member: dict[str, list[str]] = {m.name: [] for m in members}
+    for unit in units:
         owner = owners.get(unit)
         if owner is not None:
-            held[owner].append(unit)
+            by_member[owner].append(unit)
     epochs = {unit: state.epoch for unit, state in published.units.items()}
     assignment = {
-        name: sorted(units, key=lambda u: epochs[u]) for name, units in held.items() if units
+        name: sorted(mine, key=lambda u: epochs[u]) for name, mine in by_member.items() if mine
     }
     return AllocationRequest(
-        units=list(published.unit_names),
+        units=list(units),
         members=members,
         assignment=assignment,
         loads=loads,
-        in_progress=moving,
+        in_progress=moving.difference(held),
     )
 
 
@@ -378,12 +397,12 @@ def plan_pass(inp: PassInput) -> PassResult:
                 "no worker pod matches the selector; the last published assignment is kept",
             ),
         )
-        return PassResult(decision=None, problems=tuple(problems))
+        return _undecided(inp, problems)
 
     barrier = startup_barrier(inp)
     if barrier is not None:
         waiting, until = barrier
-        return PassResult(decision=None, problems=(waiting, *problems), next_round=until)
+        return replace(_undecided(inp, [waiting, *problems]), next_round=until)
 
     members, member_problems = engine_members(inp, acks)
     problems.extend(member_problems)
@@ -410,12 +429,25 @@ def plan_pass(inp: PassInput) -> PassResult:
         next_round = inp.last_round + interval
         hold_reason, budget = "waiting for the next rebalance round", 0
 
-    request = allocation_request(published, members, owners, moving, inp.loads)
+    grace = spec.rebalance.restart_grace.total_seconds()
+    holds = track_holds(
+        inp.restart_holds,
+        published,
+        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
+        now,
+        grace,
+        lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
+    )
+    waiting_for = held_target(holds, inp.pods)
+    # Held units are no strategy's to place: they wait for their member alone.
+    request = allocation_request(
+        published, members, owners, moving, inp.loads, held=waiting_for.keys()
+    )
     try:
         plan = strategy_for(spec, budget=round_budget).plan(request)
     except AllocationError as error:
         problems.insert(0, Problem("InvalidStrategy", str(error)))
-        return PassResult(decision=None, problems=tuple(problems))
+        return _undecided(inp, problems)
 
     kept: list[Move] = []
     held = optional = 0
@@ -438,6 +470,7 @@ def plan_pass(inp: PassInput) -> PassResult:
         target[move.unit] = move.target
     if lineage is not None and not lineage.split:
         target = gather_targets(lineage, target)
+    target.update(waiting_for)
     live = {pod.name: pod for pod in inp.pods}
     live.update({pod.name: replace(pod, drained=True) for pod in inp.departed})
     decision = step(
@@ -450,6 +483,8 @@ def plan_pass(inp: PassInput) -> PassResult:
         generation=inp.generation,
         releases_known=inp.releases_known,
     )
+    if waiting_for:
+        decision = replace(decision, events=_held_events(decision.events, waiting_for))
     if decision.failing:
         problems.append(release_failing(published, decision.failing))
     reshard = None
@@ -482,6 +517,35 @@ def plan_pass(inp: PassInput) -> PassResult:
         summary=summary,
         imbalance=current,
         resharding=reshard,
+        restart_holds=holds,
+        restart_grace=grace,
+    )
+
+
+def _held_events(
+    events: Iterable[HandoffEvent], held: Mapping[str, str | None]
+) -> tuple[HandoffEvent, ...]:
+    """A gone owner's units left unowned on purpose, because they wait for its restart, are no
+    stranded units: say so instead of warning."""
+    return tuple(
+        replace(event, reason=Reason.HELD_FOR_RESTART)
+        if event.reason is Reason.OWNER_GONE
+        and event.target is None
+        and all(unit in held for unit in event.units)
+        else event
+        for event in events
+    )
+
+
+def _undecided(inp: PassInput, problems: Sequence[Problem]) -> PassResult:
+    """A pass that decides nothing keeps the holds as they were: a restart goes on being waited
+    for while, say, the only member is away."""
+    grace = inp.spec.rebalance.restart_grace.total_seconds()
+    return PassResult(
+        decision=None,
+        problems=tuple(problems),
+        restart_holds=spend_expired(inp.restart_holds, inp.now, grace) if grace > 0 else {},
+        restart_grace=grace,
     )
 
 
@@ -606,6 +670,7 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
+        "restartHolds": hold_rows(result.restart_holds, result.restart_grace)[:MAX_MEMBER_ROWS],
         "resharding": None
         if reshard is None
         else {
@@ -640,6 +705,9 @@ def _conditions(
 
     if blocking is not None:
         ready = (False, blocking.reason, blocking.message)
+    elif owned < total and any(not h.spent for h in result.restart_holds.values()):
+        # kubectl describe should say why units are unowned: they wait for a restart.
+        ready = (False, "WaitingForRestart", _waiting_for_restart(s.result, total - owned))
     elif owned < total:
         ready = (False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner")
     else:
@@ -710,6 +778,20 @@ def _conditions(
         ),
         observed_generation=s.generation,
         now=condition_time(s.now),
+    )
+
+
+def _waiting_for_restart(result: PassResult, unowned: int) -> str:
+    holds = sorted(
+        (h for h in result.restart_holds.values() if not h.spent), key=lambda h: natural_key(h.pod)
+    )
+    each = ", ".join(
+        f"{len(h.units)} for {h.pod} until {_timestamp(h.until(result.restart_grace))}"
+        for h in holds[:4]
+    )
+    return (
+        f"{unowned} unit(s) have no live owner; unit(s) held for pods restarting in place "
+        f"(rebalance.restartGrace): {each}"
     )
 
 

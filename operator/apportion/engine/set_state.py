@@ -21,6 +21,7 @@ from typing import Any, Final
 from apportion.api.assignment import AssignmentTable
 from apportion.api.common import ScrapeSpec
 from apportion.engine.handoff import Recovery, recover
+from apportion.engine.restarts import RestartHold, hold_from_row, hold_rows
 from apportion.engine.set_pass import Problem
 
 TIMEOUT_REPORT_SECONDS: Final = 60.0
@@ -58,18 +59,29 @@ class SetState:
     last_round: float | None = None
     loads_missing_since: float | None = None
     known_loads: dict[str, float] = field(default_factory=dict)
+    restart_holds: dict[str, RestartHold] = field(default_factory=dict)
+    """Members restarting in place whose units wait for them (`apportion.engine.restarts`)."""
+    restart_grace: float = 0.0
+    holds_written: dict[str, RestartHold] = field(default_factory=dict)
+    """The holds the status says: a hold goes into the status before the table that leaves its
+    units unowned, so that a successor does not hand them to a sibling."""
 
     @classmethod
     def from_status(cls, status: Mapping[str, Any]) -> SetState:
         """The state a new operator process starts from: a fence and a reported timeout outlive
         the operator that raised them, a successor holds them just as long."""
         fence_until = seconds(status.get("fencedUntil"))
+        # A hold is timed from the `since` another replica wrote: a skewed clock only makes
+        # the wait shorter or longer, the units stay fenced by their tokens either way.
+        holds = {h.pod: h for h in map(hold_from_row, status.get("restartHolds") or ())}
         return cls(
             reserved=int(status.get("reservedEpoch") or 0),
             fence_until=fence_until,
             fence_problem=None if fence_until is None else FENCED,
             timed_out=_timed_out_from(status),
             last_round=seconds(status.get("lastRebalanceTime")),
+            restart_holds=holds,
+            holds_written=dict(holds),
         )
 
     # ------------------------------------------------------------------------------ the table
@@ -113,10 +125,26 @@ class SetState:
     def reservation(self, table: AssignmentTable) -> dict[str, Any] | None:
         """The status to write before `table` (None: nothing to write): its epoch reserved and
         the fence's end, so the status always names an epoch at or above every table written."""
-        if table.epoch <= self.reserved and self.fence_until is None:
+        holds_changed = self.restart_holds != self.holds_written
+        if table.epoch <= self.reserved and self.fence_until is None and not holds_changed:
             return None
         fence = None if self.fence_until is None else timestamp(self.fence_until)
-        return {"reservedEpoch": max(table.epoch, self.reserved), "fencedUntil": fence}
+        status: dict[str, Any] = {
+            "reservedEpoch": max(table.epoch, self.reserved),
+            "fencedUntil": fence,
+        }
+        if holds_changed:
+            status["restartHolds"] = hold_rows(self.restart_holds, self.restart_grace)
+        return status
+
+    def note_holds(self, holds: Mapping[str, RestartHold], grace: float) -> None:
+        """The holds a pass decided on, to be written before its table (`reservation`)."""
+        self.restart_holds = dict(holds)
+        self.restart_grace = grace
+
+    def holds_reported(self) -> None:
+        """A status with the current holds was written (the reservation, or the report)."""
+        self.holds_written = dict(self.restart_holds)
 
     def written(self, table: AssignmentTable, now: float) -> None:
         """`table` was written, after its `reservation`."""

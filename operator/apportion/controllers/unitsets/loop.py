@@ -34,6 +34,7 @@ from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
+from apportion.engine.restarts import spend_expired
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
@@ -47,7 +48,7 @@ from apportion.engine.set_pass import (
     suspensions,
     unit_set_status,
 )
-from apportion.engine.set_state import SetState, loads_grace, seconds
+from apportion.engine.set_state import SetState, loads_grace, seconds, timestamp
 from apportion.publishing.configmaps import (
     AssignmentStore,
 )
@@ -158,6 +159,7 @@ class SetLoop:
         reservation = self.state.reservation(table)
         if reservation is not None:
             await self.write_status(reservation)
+            self.state.holds_reported()
         await self.store.publish(table)
         self.published, self.exists = table, True
         self.state.written(table, time.time())
@@ -238,7 +240,14 @@ class SetLoop:
             return self.wake_at
 
         if problem is not None:
-            result = PassResult(decision=None, problems=(problem,))
+            result = PassResult(
+                decision=None,
+                problems=(problem,),
+                restart_holds=spend_expired(
+                    self.state.restart_holds, now, self.state.restart_grace
+                ),
+                restart_grace=self.state.restart_grace,
+            )
         else:
             with telemetry.timed(telemetry.PLAN_DURATION, self.labels):
                 result = plan_pass(
@@ -255,8 +264,11 @@ class SetLoop:
                         desired_members=self.desired_members if spec.workload_ref else None,
                         created=seconds(self.body["metadata"].get("creationTimestamp")),
                         releases_known=self.state.known_releases(),
+                        restart_holds=self.state.restart_holds,
                     )
                 )
+                self.announce_holds(result)
+                self.state.note_holds(result.restart_holds, result.restart_grace)
             self.count_moves(result)
         self.logger.debug(
             "Pass at epoch %d: %d member(s), %d move(s) kept, %d held (%s), next at %s",
@@ -388,6 +400,19 @@ class SetLoop:
             "; ".join(e.message(sample=4) for e in result.decision.events) or "membership",
         )
 
+    def announce_holds(self, result: PassResult) -> None:
+        """An Event for each member whose units start to wait for its restart, so that
+        `kubectl describe` tells why they do not move (or stay unowned)."""
+        for name, hold in result.restart_holds.items():
+            if name in self.state.restart_holds or hold.spent:
+                continue
+            until = timestamp(hold.until(result.restart_grace))
+            message = (
+                f"{name} is restarting in place: its {len(hold.units)} unit(s) wait for it "
+                f"until {until} (rebalance.restartGrace) instead of moving to another pod"
+            )
+            self.runtime.events.post(self.set_ref, "Normal", "HeldForRestart", "Place", message)
+
     async def report_invalid(self, message: str) -> None:
         """A spec the API server accepted but the models reject (CRD/operator version skew):
         nothing is placed, the published table stands."""
@@ -467,6 +492,7 @@ class SetLoop:
         if status != self.status:
             await self.write_status(status)
             self.status = status
+        self.state.holds_reported()
         self.record_status(status, result, pods, loads)
 
     def report_suspensions(self, pods: Sequence[WorkerPod]) -> None:
