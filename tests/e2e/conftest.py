@@ -13,7 +13,8 @@ Fixtures
   real_cluster (session) a DevCluster with a real node (kubelet, containerd, runc, kube-proxy,
                kube-scheduler, metrics-server; see apportion_dev.devcluster.realnode) instead of the
                pod simulator, its images built first. One per machine: the real-node tests share
-               it, and tests/e2e/test_real_node_cleanup.py runs before anything starts it.
+               it, and tests/e2e/test_real_node_cleanup.py and tests/e2e/test_real_nodes.py
+               (whose module fixture starts four real nodes) run before anything starts it.
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
                bare Pods can be created at once, and the workers' ServiceAccount
@@ -57,16 +58,17 @@ T = TypeVar("T")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # One real node per machine: the tests that start and kill their own (the clean-up tests)
-    # run before the session's shared real node starts, and the tests on that node run last,
-    # so it is up for as short a time as possible beside the simulator's clusters.
+    # One real-node cluster per machine: the tests that start and kill their own (the clean-up
+    # tests) run first, then those on several nodes (their module's cluster stops at the
+    # module's end), then those on the session's shared real node, last, so it is up for as
+    # short a time as possible beside the simulator's clusters.
     items.sort(key=_real_node_order)
 
 
 def _real_node_order(item: pytest.Item) -> int:
     if tier(item) != "realnode":
         return 0
-    return 1 if item.path.name == "test_real_node_cleanup.py" else 2
+    return {"test_real_node_cleanup.py": 1, "test_real_nodes.py": 2}.get(item.path.name, 3)
 
 
 @pytest.fixture(scope="session")

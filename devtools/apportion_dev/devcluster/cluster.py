@@ -290,6 +290,16 @@ class DevCluster:
         """Log of `etcd`, `kube-apiserver`, `kube-controller-manager` or `podsim`."""
         return self._layout.logs / f"{component}.log"
 
+    def lose_node(self, name: str) -> None:
+        """What a further real node's machine dying does: its kubelet, containerd and kube-proxy
+        and every process of its pods are SIGKILLed. Its network namespace, and what the API
+        server knows of it, stay (`stop` cleans up)."""
+        records = [r for r in self._state.processes if node.node_of(r.name) == name]
+        if not records:
+            raise DevClusterError(f"{name} is not a further real node of this cluster")
+        processes.terminate(records, grace=0.0)
+        host.kill_pods(name)
+
     def pid(self, component: str) -> int:
         """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
         (record,) = (r for r in self._state.processes if r.name == component)

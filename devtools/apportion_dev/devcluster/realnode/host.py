@@ -214,23 +214,33 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 # --- tearing down -----------------------------------------------------------------------------
 
 
-def kill_pods() -> None:
-    """SIGKILL every process in a pod (they all live in /kubepods cgroups), then the runc shims,
-    which outlive containerd."""
+def kill_pods(node: str | None = None) -> None:
+    """SIGKILL every process in a pod (they all live in pod cgroups), then the runc shims, which
+    outlive containerd. With `node`, only a further node's, whose cgroups and containerd's
+    files (named in its shims' command lines) are under its name: what its machine dying does."""
     for _ in range(20):
-        pids = _pod_pids()
+        pids = _pod_pids(node)
         if not pids:
             break
         for pid in pids:
             _kill(pid)
         time.sleep(0.1)
     for pid in _processes_named("containerd-shim-runc-v2"):
-        _kill(pid)
+        if node is None or f"/{node}/".encode() in _cmdline(pid):
+            _kill(pid)
 
 
-def _pod_pids() -> set[int]:
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _pod_pids(node: str | None = None) -> set[int]:
     pids: set[int] = set()
-    for procs in _kubepods_cgroups("cgroup.procs"):
+    cgroups = _kubepods_cgroups("cgroup.procs")
+    for procs in [c for c in cgroups if node in c.parts] if node else cgroups:
         try:
             pids.update(int(line) for line in procs.read_text().split())
         except OSError:
