@@ -53,14 +53,16 @@ def tools_of(item: pytest.Item) -> tuple[GoTool, ...]:
 
 def order(items: list[pytest.Item]) -> None:
     """Tests without tools first, then (a module at a time, so module fixtures start once) those
-    that need a tool; then the real node's: the clean-up tests, which start and kill nodes of
-    their own, before the session's shared real node starts, so it is up as short a time as
-    possible beside the simulator's clusters."""
+    that need a tool; then the real node's, one real-node cluster per machine at a time: the
+    clean-up tests, which start and kill clusters of their own, then those on several nodes
+    (their module's cluster stops at the module's end), then those on the session's shared real
+    node, last, so it is up as short a time as possible beside the simulator's clusters."""
     modules_with_tools = {item.path for item in items if tools_of(item)}
+    real_node_order = {"test_real_node_cleanup.py": 2, "test_real_nodes.py": 3}
 
     def rank(item: pytest.Item) -> int:
         if tier(item) == "realnode":
-            return 2 if item.path.name == "test_real_node_cleanup.py" else 3
+            return real_node_order.get(item.path.name, 4)
         return 1 if item.path in modules_with_tools else 0
 
     items.sort(key=rank)

@@ -13,7 +13,8 @@ Fixtures
   real_cluster (session) a DevCluster with a real node (kubelet, containerd, runc, kube-proxy,
                kube-scheduler, metrics-server; see apportion_dev.devcluster.realnode) instead of the
                pod simulator, its images built first. One per machine: the real-node tests share
-               it, and tests/e2e/test_real_node_cleanup.py runs before anything starts it.
+               it, and tests/e2e/test_real_node_cleanup.py and tests/e2e/test_real_nodes.py
+               (whose module fixture starts four real nodes) run before anything starts it.
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
                bare Pods can be created at once, and the workers' ServiceAccount

@@ -1,6 +1,6 @@
-"""A real node killed with SIGKILL leaves running pods, mounts, cgroups, iptables chains, a bridge
-and changed sysctls behind; `apportion dev-cluster stop`, or the next start, must put the machine
-back exactly as it was.
+"""Real nodes killed with SIGKILL leave running pods, mounts, cgroups, iptables chains, a bridge,
+network namespaces, veth pairs, routes and changed sysctls behind; `apportion dev-cluster stop`,
+or the next start, must put the machine back exactly as it was, for one node as for several.
 
 The machine's state is read here, straight from the kernel's files and the iptables tools, not
 through apportion's own leftover check, so the test does not share that code's blind spots.
@@ -61,10 +61,15 @@ def machine_state() -> dict[str, object]:
         "mounts": sorted(
             line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
         ),
-        "cgroups": sorted(str(p) for p in cgroups.glob("*/kubepods*")),
+        "cgroups": sorted(
+            str(p) for glob in ("*/kubepods*", "*/apportion-node*") for p in cgroups.glob(glob)
+        ),
         "iptables": chains("iptables-save"),
         "ip6tables": chains("ip6tables-save"),
         "links": sorted(os.listdir("/sys/class/net")),
+        "routes": subprocess.run(
+            ["ip", "route", "show"], capture_output=True, text=True, check=True
+        ).stdout.splitlines(),
         "netns": sorted(os.listdir("/run/netns")) if Path("/run/netns").exists() else [],
         "sysctls": {key: (Path("/proc/sys") / key).read_text().strip() for key in SYSCTLS},
         "paths": {path: os.path.lexists(path) for path in FIXED_PATHS},
@@ -76,15 +81,20 @@ def differences(before: dict[str, object], after: dict[str, object]) -> dict[str
     return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
 
 
-# A process that starts an attached real-node cluster (as `make demo` does), runs a pod on it
-# and waits to be killed: its cluster's processes then die with it, and the pod does not.
+# A process that starts an attached real-node cluster (as `make demo` does), runs a pod on its
+# last node (with several, one in a network namespace and cgroup root of its own) and waits to
+# be killed: its cluster's processes then die with it, and the pod does not.
 STARTER = textwrap.dedent(
     """
-    import sys, time
+    import json, sys, time
     from pathlib import Path
     from apportion_dev.devcluster import DevCluster
-    cluster = DevCluster.start(Path(sys.argv[1]), real_node=True)
+    from apportion_dev.devcluster.realnode.node import NodeSpec
+    nodes = int(sys.argv[2])
+    cluster = DevCluster.start(Path(sys.argv[1]), real_node=True, nodes=nodes)
+    on_last = json.dumps({"spec": {"nodeName": NodeSpec(nodes - 1).name}})
     cluster.kubectl("run", "survivor", "--image=localhost/apportion:dev", "--restart=Never",
+                    f"--overrides={on_last}",
                     "--command", "--", "python3", "-c", "import time; time.sleep(3601)")
     cluster.kubectl("wait", "--for=condition=Ready", "pod/survivor", "--timeout=120s")
     print("ready", flush=True)
@@ -96,9 +106,11 @@ STARTER = textwrap.dedent(
 SURVIVOR = b"time.sleep(3601)"
 
 
-def start_and_kill(state_dir: Path) -> None:
+def start_and_kill(state_dir: Path, nodes: int) -> None:
     starter = subprocess.Popen(
-        [sys.executable, "-c", STARTER, str(state_dir)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", STARTER, str(state_dir), str(nodes)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert starter.stdout is not None
     try:
@@ -118,11 +130,12 @@ def no_real_node_yet() -> Iterator[dict[str, object]]:
     yield before
 
 
+@pytest.mark.parametrize("nodes", [1, 3], ids=["one-node", "three-nodes"])
 def test_stop_after_sigkill_puts_the_machine_back(
-    no_real_node_yet: dict[str, object], tmp_path: Path
+    no_real_node_yet: dict[str, object], tmp_path: Path, nodes: int
 ) -> None:
     state_dir = tmp_path / "killed"
-    start_and_kill(state_dir)
+    start_and_kill(state_dir, nodes)
     left = machine_state()
     assert left["processes"]["containerd-shim-runc-v2"] >= 1  # type: ignore[index]
     assert differences(no_real_node_yet, left)  # the kill did leave things behind
@@ -146,9 +159,9 @@ def test_stop_after_sigkill_puts_the_machine_back(
 def test_the_next_start_cleans_up_after_sigkill_and_stop_cleans_up_after_itself(
     no_real_node_yet: dict[str, object], tmp_path: Path
 ) -> None:
-    start_and_kill(tmp_path / "killed")
+    start_and_kill(tmp_path / "killed", nodes=2)
     assert survivors() == 1
-    cluster = DevCluster.start(tmp_path / "next", real_node=True)
+    cluster = DevCluster.start(tmp_path / "next", real_node=True, nodes=2)
     try:
         assert survivors() == 0  # the abandoned node's pod was killed before the new one started
         assert not (tmp_path / "killed").exists()

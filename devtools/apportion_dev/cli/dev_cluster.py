@@ -4,7 +4,8 @@ build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the
             (kubelet, kube-scheduler, kube-proxy) once per version
 image       build apportion's container image from the Dockerfile with buildah (`make image`)
 start       start a cluster that keeps running after the command returns; `--node real` runs a
-            real node (kubelet + containerd, root on Linux) instead of the pod simulator
+            real node (kubelet + containerd, root on Linux) instead of the pod simulator,
+            `--node real --nodes N` N of them, each in a network namespace and zone of its own
 tools       build the Go tools the tests run (promtool, helm, krew, kstatus, Flux) once per
             version; `tools NAME...` builds just those (also the real node's containerd and
             metrics-server)
@@ -65,6 +66,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 "real containers (Linux, root; one per machine); auto: real where the machine "
                 "allows it, else sim",
             )
+            action.add_argument(
+                "--nodes",
+                type=int,
+                default=1,
+                help="how many real nodes (with --node real; up to 4), each with its own "
+                "containerd, kubelet, kube-proxy, network namespace, pod CIDR and zone",
+            )
     run_parser = actions.add_parser("run", help="start a private cluster, run CMD, stop")
     run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
@@ -99,7 +107,9 @@ def run(args: argparse.Namespace) -> int:
         state_dir = args.state_dir or default_state_dir()
         if args.action == "start":
             real_node = choose_real_node(args.node)
-            return _start(state_dir, args.pod_simulator, real_node, args.state_dir is not None)
+            return _start(
+                state_dir, args.pod_simulator, real_node, args.nodes, args.state_dir is not None
+            )
         if args.action == "stop":
             return _stop(state_dir)
         cluster = DevCluster.attach(state_dir)
@@ -152,7 +162,9 @@ def _stop(state_dir: Path) -> int:
     return 0
 
 
-def _start(state_dir: Path, pod_simulator: bool, real_node: bool, explicit_dir: bool) -> int:
+def _start(
+    state_dir: Path, pod_simulator: bool, real_node: bool, nodes: int, explicit_dir: bool
+) -> int:
     from apportion_dev.devcluster import DevCluster, DevClusterError
 
     try:
@@ -164,7 +176,7 @@ def _start(state_dir: Path, pod_simulator: bool, real_node: bool, explicit_dir: 
         return 0
     began = time.monotonic()
     cluster = DevCluster.start(
-        state_dir, pod_simulator=pod_simulator, real_node=real_node, detach=True
+        state_dir, pod_simulator=pod_simulator, real_node=real_node, nodes=nodes, detach=True
     )
     stop = "apportion dev-cluster stop" + (f" --state-dir {state_dir}" if explicit_dir else "")
     print(

@@ -51,6 +51,16 @@ CLOUD_CONTROLLERS = (
 )
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: the first address of SERVICE_CIDR
+# How fast a lost real node shows, short for tests yet in upstream's proportions (docs/
+# dev-cluster.md): the node lifecycle controller looks every 2 s and marks a node whose lease
+# (renewed every 5 s, node.NODE_LEASE_SECONDS) is 20 s old NotReady/Unknown, tainting it; pods
+# tolerate that taint for 10 s (the API server's DefaultTolerationSeconds, upstream 300 s), then
+# they are evicted. Upstream: 5 s, 50 s.
+NODE_MONITOR_FLAGS = ("--node-monitor-period=2s", "--node-monitor-grace-period=20s")
+TOLERATION_FLAGS = (
+    "--default-not-ready-toleration-seconds=10",
+    "--default-unreachable-toleration-seconds=10",
+)
 START_ATTEMPTS = 3  # a free port can be taken by someone else before we bind it
 READY_TIMEOUT = 90.0
 KEEP_STATE_ENV = "APPORTION_KEEP_STATE"
@@ -74,15 +84,17 @@ class _AddressInUse(Exception):
 
 
 def _shutdown(records: Sequence[ProcessRecord], layout: Layout, bin_dir: Path) -> None:
-    """Stop processes in dependency order, put the machine back as it was if a real node ran,
-    then delete the state directory (unless APPORTION_KEEP_STATE is set, to read logs after a
-    failure)."""
-    real_node = any(r.name == "kubelet" for r in records)
+    """Stop processes in dependency order (every node's kubelet at once, ...), put the machine
+    back as it was if a real node ran, then delete the state directory (unless
+    APPORTION_KEEP_STATE is set, to read logs after a failure)."""
+    real_node = any(node.component_of(r.name) == "kubelet" for r in records)
     for names in STOP_ORDER:
-        processes.terminate([r for r in records if r.name in names])
+        processes.terminate([r for r in records if node.component_of(r.name) in names])
         if real_node and "kubelet" in names:
             host.kill_pods()
-    processes.terminate([r for r in records if not any(r.name in n for n in STOP_ORDER)])
+    processes.terminate(
+        [r for r in records if not any(node.component_of(r.name) in n for n in STOP_ORDER)]
+    )
     record = host.load_record()
     if record is not None and record.owner == str(layout.root):
         host.clean_up(record, kube_proxy=bin_dir / "kube-proxy")
@@ -116,6 +128,7 @@ class DevCluster:
         pod_simulator: bool = True,
         *,
         real_node: bool = False,
+        nodes: int = 1,
         detach: bool = False,
         progress: Progress | None = None,
     ) -> DevCluster:
@@ -126,9 +139,15 @@ class DevCluster:
         real_node: run a real node (kubelet, containerd, kube-scheduler, kube-proxy,
             metrics-server; see apportion_dev.devcluster.realnode) instead of the pod simulator. It
             needs root on Linux (`host.why_not` says what is missing) and there is one per machine.
+        nodes: how many real nodes (up to `node.MAX_NODES`), each with its own containerd,
+            kubelet and kube-proxy, network namespace, pod CIDR and zone (`node.NodeSpec`).
         detach: leave the processes running after this interpreter exits (the CLI's `start`);
             otherwise they stop with it at the latest.
         """
+        if not 1 <= nodes <= node.MAX_NODES or (nodes > 1 and not real_node):
+            raise DevClusterError(
+                f"{nodes} nodes: 1 to {node.MAX_NODES} real nodes, or the pod simulator's own"
+            )
         bin_dir = ensure_built(progress)
         node_images: list[str] = []
         if real_node:
@@ -171,6 +190,7 @@ class DevCluster:
                 pod_simulator and not real_node,
                 detach,
                 node_images if real_node else None,
+                nodes,
             )
         except BaseException:
             _shutdown(started, layout, bin_dir)
@@ -270,6 +290,16 @@ class DevCluster:
         """Log of `etcd`, `kube-apiserver`, `kube-controller-manager` or `podsim`."""
         return self._layout.logs / f"{component}.log"
 
+    def lose_node(self, name: str) -> None:
+        """What a further real node's machine dying does: its kubelet, containerd and kube-proxy
+        and every process of its pods are SIGKILLed. Its network namespace, and what the API
+        server knows of it, stay (`stop` cleans up)."""
+        records = [r for r in self._state.processes if node.node_of(r.name) == name]
+        if not records:
+            raise DevClusterError(f"{name} is not a further real node of this cluster")
+        processes.terminate(records, grace=0.0)
+        host.kill_pods(name)
+
     def pid(self, component: str) -> int:
         """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
         (record,) = (r for r in self._state.processes if r.name == component)
@@ -296,9 +326,11 @@ def _start_processes(
     pod_simulator: bool,
     detach: bool,
     node_images: list[str] | None,
+    nodes: int,
 ) -> ClusterState:
     """Start the components in order, appending each to `started` as soon as it exists so that a
-    failure anywhere stops what is already running. With `node_images`, a real node runs them."""
+    failure anywhere stops what is already running. With `node_images`, `nodes` real nodes run
+    them."""
     real_node = node_images is not None
     if real_node:
         host.create_bridge()
@@ -336,6 +368,7 @@ def _start_processes(
             "--enable-admission-plugins=NodeRestriction",
             "--kubelet-preferred-address-types=InternalIP",
             "--enable-aggregator-routing=true",
+            *TOLERATION_FLAGS,
         ]
     server = _retry_on_port_clash(
         lambda: _start_apiserver(
@@ -354,6 +387,7 @@ def _start_processes(
             f"--flex-volume-plugin-dir={layout.flexvolume}",
             "--leader-elect=false",
             "--secure-port=0",
+            *(NODE_MONITOR_FLAGS if real_node else ()),
         ],
     )
     if pod_simulator:
@@ -372,8 +406,8 @@ def _start_processes(
     state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=started)
     save_state(layout, state)  # from here on, `stop` from another shell finds everything
     if node_images is not None:
-        node.start_node(
-            layout.root, bin_dir, server, token, cluster_pki, spawn, _wait_until, node_images
+        node.start_nodes(
+            nodes, layout.root, bin_dir, server, token, cluster_pki, spawn, _wait_until, node_images
         )
         save_state(layout, state)
 

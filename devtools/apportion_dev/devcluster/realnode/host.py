@@ -2,9 +2,14 @@
 
 A kubelet and containerd change host-wide things whatever directories they are given: sysctls,
 iptables chains, cgroups under /kubepods, mounts, network namespaces, a bridge and a few fixed
-paths. So there is one real node per machine at a time, and a record of the machine as it was
-(in /run, which a reboot clears together with everything it describes) lets `stop` — or the
+paths. So there is one real-node cluster per machine at a time, and a record of the machine as it
+was (in /run, which a reboot clears together with everything it describes) lets `stop` — or the
 next `start`, after a SIGKILL — put it back.
+
+The first node runs in the machine's own network namespace, beside the API server; every further
+node in a network namespace of its own (`create_node_network`), joined to the machine by a veth
+pair, with its pod CIDR routed through it, and under a cgroup root of its own
+(`create_cgroup_root`), so that no kubelet takes another's pods for orphans and kills them.
 """
 
 from __future__ import annotations
@@ -24,9 +29,13 @@ from apportion_dev.devcluster.paths import DevClusterError
 from apportion_dev.devcluster.state import mountpoints, mounts_under
 
 BRIDGE = "apportion0"
-GATEWAY = "10.244.0.1"  # the bridge's address: the node's IP and the API server's
-POD_CIDR = "10.244.0.0/24"
+GATEWAY = "10.244.0.1"  # the bridge's address: the first node's IP and the API server's
 CLUSTER_CIDR = "10.244.0.0/16"
+# Names of what further nodes make: network namespaces (in /run/netns) and cgroup roots are named
+# after the node (`apportion-node-N`), the machine's ends of their veth pairs `apportion-vN`.
+NODE_PREFIX = "apportion-node-"
+VETH_PREFIX = "apportion-v"
+NETNS_DIR = Path("/run/netns")
 CNI_NETWORK = "apportion-realnode"
 RECORD_DIR = Path(os.environ.get("APPORTION_REALNODE_RECORD", "/run/apportion-realnode"))
 # The node's files (containerd's images and snapshots, the kubelet's root, pod logs). A short
@@ -148,6 +157,53 @@ def create_bridge() -> None:
     _run("ip", "link", "set", BRIDGE, "up")
 
 
+def create_node_network(name: str, veth: str, host_ip: str, node_ip: str, pod_cidr: str) -> None:
+    """A network namespace `name` for a further node: its `eth0` has `node_ip`/24 and routes
+    everything through the machine's end `veth` (`host_ip`/24), and the machine routes the node's
+    `pod_cidr` back through it. Both forward, so pods on any node reach each other, the API server
+    and the machine."""
+    path = NETNS_DIR / name
+    NETNS_DIR.mkdir(parents=True, exist_ok=True)
+    path.touch()
+    # unshare bind-mounts the new namespace onto the file; `ip netns add` would also make
+    # /run/netns a mount point of its own, one more thing to undo.
+    _run("unshare", f"--net={path}", "true")
+    _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name)
+    _run("ip", "addr", "add", f"{host_ip}/24", "dev", veth)
+    _run("ip", "link", "set", veth, "up")
+    _run("ip", "-n", name, "addr", "add", f"{node_ip}/24", "dev", "eth0")
+    _run("ip", "-n", name, "link", "set", "eth0", "up")
+    _run("ip", "-n", name, "link", "set", "lo", "up")
+    _run("ip", "-n", name, "route", "add", "default", "via", host_ip)
+    _run("ip", "route", "add", pod_cidr, "via", node_ip, "dev", veth)
+    (Path("/proc/sys") / "net/ipv4/ip_forward").write_text("1")  # recorded, restored at stop
+    _run("nsenter", f"--net={path}", "sysctl", "-qw", "net.ipv4.ip_forward=1")
+
+
+def in_netns(name: str, argv: list[str]) -> list[str]:
+    """`argv` run in the network namespace `name` (only that: the mounts stay the machine's,
+    where the node's clean-up finds them). nsenter execs, so the pid is the command's."""
+    return ["nsenter", f"--net={NETNS_DIR / name}", "--", *argv]
+
+
+def create_cgroup_root(name: str) -> str:
+    """A cgroup `/name` in every hierarchy, for a further node's kubelet (`cgroupRoot`, which
+    must exist): each kubelet kills pods in its pod cgroups that it does not know, so two
+    kubelets must not share /kubepods."""
+    hierarchies = [CGROUP_ROOT] if cgroup_version() == 2 else _hierarchies()
+    for hierarchy in hierarchies:
+        (hierarchy / name).mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":
+            # A v1 cpuset cgroup starts with no CPUs and no memory nodes: nothing could run in it.
+            for leaf in ("cpuset.cpus", "cpuset.mems"):
+                (hierarchy / name / leaf).write_text((hierarchy / leaf).read_text())
+    return f"/{name}"
+
+
+def _hierarchies() -> list[Path]:
+    return [h for h in CGROUP_ROOT.iterdir() if (h / "cgroup.procs").exists()]
+
+
 def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
@@ -158,23 +214,33 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 # --- tearing down -----------------------------------------------------------------------------
 
 
-def kill_pods() -> None:
-    """SIGKILL every process in a pod (they all live in /kubepods cgroups), then the runc shims,
-    which outlive containerd."""
+def kill_pods(node: str | None = None) -> None:
+    """SIGKILL every process in a pod (they all live in pod cgroups), then the runc shims, which
+    outlive containerd. With `node`, only a further node's, whose cgroups and containerd's
+    files (named in its shims' command lines) are under its name: what its machine dying does."""
     for _ in range(20):
-        pids = _pod_pids()
+        pids = _pod_pids(node)
         if not pids:
             break
         for pid in pids:
             _kill(pid)
         time.sleep(0.1)
     for pid in _processes_named("containerd-shim-runc-v2"):
-        _kill(pid)
+        if node is None or f"/{node}/".encode() in _cmdline(pid):
+            _kill(pid)
 
 
-def _pod_pids() -> set[int]:
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def _pod_pids(node: str | None = None) -> set[int]:
     pids: set[int] = set()
-    for procs in _kubepods_cgroups("cgroup.procs"):
+    cgroups = _kubepods_cgroups("cgroup.procs")
+    for procs in [c for c in cgroups if node in c.parts] if node else cgroups:
         try:
             pids.update(int(line) for line in procs.read_text().split())
         except OSError:
@@ -183,11 +249,15 @@ def _pod_pids() -> set[int]:
 
 
 def _kubepods_cgroups(leaf: str = "") -> list[Path]:
-    """Every cgroup directory under a kubepods root, deepest first (the order rmdir needs)."""
+    """Every cgroup directory under a kubepods root or a further node's cgroup root, deepest
+    first (the order rmdir needs)."""
     found: list[Path] = []
-    roots = [CGROUP_ROOT / "kubepods"] if cgroup_version() == 2 else []
-    for hierarchy in CGROUP_ROOT.iterdir() if CGROUP_ROOT.is_dir() else ():
+    hierarchies = [CGROUP_ROOT] if cgroup_version() == 2 else []
+    hierarchies += [h for h in CGROUP_ROOT.iterdir() if h.is_dir()] if CGROUP_ROOT.is_dir() else []
+    roots: list[Path] = []
+    for hierarchy in hierarchies:
         roots += [hierarchy / "kubepods", hierarchy / "kubepods.slice"]
+        roots += sorted(hierarchy.glob(f"{NODE_PREFIX}*"))
     for root in roots:
         # os.walk skips what vanishes while it looks (the kubelet removes cgroups meanwhile)
         found.extend(Path(directory) for directory, _, _ in os.walk(root))
@@ -226,10 +296,11 @@ def clean_up(record: MachineRecord, kube_proxy: Path | None = None) -> None:
     for cgroup in _kubepods_cgroups():
         with contextlib.suppress(OSError):
             cgroup.rmdir()
-    for netns in Path("/run/netns").glob("cni-*") if Path("/run/netns").is_dir() else ():
+    for netns in _netns():
         netns.unlink(missing_ok=True)
-    if Path(f"/sys/class/net/{BRIDGE}").exists():
-        _run("ip", "link", "delete", BRIDGE, check=False)
+    for link in _links():
+        # Deleting one end of a veth pair deletes the other, in the node's namespace.
+        _run("ip", "link", "delete", link, check=False)
     for path in FIXED_PATHS:
         ours = path not in record.existing_paths and os.path.lexists(path)
         if ours and not mounts_under(Path(path)):
@@ -241,8 +312,25 @@ def clean_up(record: MachineRecord, kube_proxy: Path | None = None) -> None:
     shutil.rmtree(RECORD_DIR, ignore_errors=True)
 
 
+def _netns() -> list[Path]:
+    """Network namespaces of pods (made by the CNI plugin) and of further nodes."""
+    if not NETNS_DIR.is_dir():
+        return []
+    return [*NETNS_DIR.glob("cni-*"), *NETNS_DIR.glob(f"{NODE_PREFIX}*")]
+
+
+def _links() -> list[str]:
+    """The pod bridge and the machine's ends of further nodes' veth pairs."""
+    return [
+        link.name
+        for link in Path("/sys/class/net").iterdir()
+        if link.name == BRIDGE or link.name.startswith(VETH_PREFIX)
+    ]
+
+
 def _our_mounts(state_root: Path) -> list[str]:
-    netns = [p for p in mountpoints() if p.startswith("/run/netns/cni-")]
+    prefixes = (f"{NETNS_DIR}/cni-", f"{NETNS_DIR}/{NODE_PREFIX}")
+    netns = [p for p in mountpoints() if p.startswith(prefixes)]
     return [
         *mounts_under(state_root),
         *mounts_under(NODE_ROOT),
@@ -290,8 +378,8 @@ def leftovers(record: MachineRecord | None, state_root: Path | None = None) -> l
         for (tool, table), chains in _chains().items()
         for chain in chains
     ]
-    if Path(f"/sys/class/net/{BRIDGE}").exists():
-        found.append(f"bridge {BRIDGE}")
+    found += [f"link {link}" for link in _links()]
+    found += [f"netns {netns.name}" for netns in _netns()]
     if NODE_ROOT.exists():
         found.append(f"path {NODE_ROOT}")
     found += [

@@ -221,17 +221,23 @@ def ensure_metrics_server_image(binary: Path) -> str:
     return METRICS_SERVER_IMAGE
 
 
-def import_into_containerd(images: list[str], ctr: Path, address: Path, work: Path) -> None:
-    """Hand images to the node's containerd (its k8s.io namespace, which the kubelet uses)."""
+def import_into_containerd(images: list[str], ctr: Path, addresses: list[Path], work: Path) -> None:
+    """Hand images to every node's containerd (its k8s.io namespace, which the kubelet uses),
+    each exported once and imported into all nodes at the same time."""
     for image in images:
         archive = work / "image.tar"
         buildah("push", "--quiet", image, f"docker-archive:{archive}:{image}")
-        result = subprocess.run(
-            [ctr, f"--address={address}", "--namespace=k8s.io", "images", "import", archive],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        imports = [
+            subprocess.Popen(
+                [ctr, f"--address={address}", "--namespace=k8s.io", "images", "import", archive],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for address in addresses
+        ]
+        errors = [i.communicate()[1].strip() for i in imports]
         archive.unlink(missing_ok=True)
-        if result.returncode != 0:
-            raise DevClusterError(f"ctr could not import {image}: {result.stderr.strip()}")
+        for process, error in zip(imports, errors, strict=True):
+            if process.returncode != 0:
+                raise DevClusterError(f"ctr could not import {image}: {error}")
