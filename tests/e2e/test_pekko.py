@@ -458,6 +458,8 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     )
 
 
+# 60s: above the 22-35 s this machine needs to restart the JVM and rejoin as Up (so Ready);
+# 0s: no hold, apportion moves the shards away and back (docs/pekko.md).
 @pytest.mark.parametrize("grace", ["60s", "0s"])
 def test_a_sigkilled_node_restarted_in_place_gets_its_shards_back(
     operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath, grace
