@@ -171,8 +171,9 @@ def demo_worker(kind: str, set_name: str) -> list[str]:
     return ["apportion", "demo-worker", "--kind", kind, "--set", set_name, "--port", "8080"]
 
 
-def worker_pid(namespace: str, pod: str) -> int:
-    """The demo worker process the pod simulator runs for `pod` (found by its environment)."""
+def worker_pid(namespace: str, pod: str, command: bytes = b"demo-worker") -> int:
+    """The worker process the pod simulator runs for `pod` (found by its environment) whose
+    command line holds `command`: the demo worker's, or a JVM's main class."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -184,7 +185,7 @@ def worker_pid(namespace: str, pod: str) -> int:
             f"POD_NAMESPACE={namespace}".encode() in environ
         ):
             cmdline = (entry / "cmdline").read_bytes()
-            if b"demo-worker" in cmdline:
+            if command in cmdline:
                 return int(entry.name)
     raise LookupError(f"no demo worker process for {namespace}/{pod}")
 

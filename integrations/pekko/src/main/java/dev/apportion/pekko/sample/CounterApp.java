@@ -49,6 +49,9 @@ public final class CounterApp {
   public static void main(String[] args) throws Exception {
     // Pekko's log lines and the entities' lines through one (synchronized) stream: never mixed.
     System.setProperty("org.slf4j.simpleLogger.logFile", "System.out");
+    // Pekko's lines with their time (UTC), to line them up with the entities' and apportion's.
+    System.setProperty("org.slf4j.simpleLogger.showDateTime", "true");
+    System.setProperty("org.slf4j.simpleLogger.dateTimeFormat", "HH:mm:ss.SSS");
     // apportion's own lines (java.util.logging) with unix seconds, as the entities' lines.
     System.setProperty("java.util.logging.SimpleFormatter.format",
         "%1$ts.%1$tL %4$s %3$s %5$s%6$s%n");
