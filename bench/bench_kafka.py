@@ -13,8 +13,11 @@ Ready). A step ends 3 s after the side settled. Per step:
 - wait: the longest time a record produced during the step waited until it was handled: the
   worst partition's, and the mean over partitions of each one's longest;
 - again: records handled a second time in the step (resumed from an older commit);
-- last: seconds from the step's start to the last partition's acquire by its new consumer (where
-  the moves' time goes: pod start, the group's join or the operator's table).
+- last: seconds from the step's start to the last partition's acquire by its new consumer;
+  started: to the last process the step started (pod simulator's log). Where the moves' time
+  goes: up to `started` the StatefulSet controller and the pod simulator (and on a restart the
+  old pod's termination), after it the interpreter or JVM, the readiness probe and the group's
+  join or the operator's next table.
 
 Sides (`--side`, repeatable; `kafka` = every group side):
 - apportion: `python -m apportion.kafka` on a PartitionSet (rebalance interval 1 s), the
@@ -39,6 +42,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import re
 import statistics
 import subprocess
 import sys
@@ -94,6 +98,7 @@ class Figures:
     wait_mean: float
     again: int
     last: float
+    started: float
     length: float
 
 
@@ -143,19 +148,40 @@ def moves(assigned: Assigned, step: Step) -> tuple[int, float]:
     return moved, last - step.start
 
 
+# The pod simulator's line when it starts a pod's process: "2026-11-26 08:01:25,066 INFO
+# apportion_dev.devcluster.podsim.simulator: <namespace>/<pod>: started java (pid 14003)".
+_STARTED = re.compile(r"^(?P<when>\S+ \S+),(?P<ms>\d{3}) .*: (?P<ns>[^/\s]+)/\S+: started ")
+
+
+def process_starts(podsim_log: Path, namespace: str) -> list[float]:
+    """When the pod simulator started a process of a pod of `namespace` (Unix time)."""
+    found = []
+    for line in podsim_log.read_text(errors="replace").splitlines():
+        if (m := _STARTED.match(line)) and m["ns"] == namespace:
+            when = time.mktime(time.strptime(m["when"], "%Y-%m-%d %H:%M:%S"))
+            found.append(when + int(m["ms"]) / 1000)
+    return found
+
+
 def figures(
-    steps: list[Step], handled: Handled, assigned: Assigned, produced: list[Produced]
+    steps: list[Step],
+    handled: Handled,
+    assigned: Assigned,
+    produced: list[Produced],
+    starts: list[float],
 ) -> dict[str, Figures]:
     found = {}
     for step in steps[1:]:
         waits = longest_waits(handled, produced, step)
         moved, last = moves(assigned, step)
+        started = [t - step.start for t in starts if step.start < t <= step.end]
         found[step.name] = Figures(
             moved,
             max(waits),
             statistics.fmean(waits),
             handled_again(handled, step),
             last,
+            max(started, default=0.0),
             step.end - step.start,
         )
     return found
@@ -322,7 +348,8 @@ def run_side(
         for o in ownership_log(cluster, namespace, PODS, set_name)
         if o.action == "acquire"
     ]
-    return figures(steps, handled, assigned, produced)
+    starts = process_starts(cluster.log_path("podsim"), namespace)
+    return figures(steps, handled, assigned, produced, starts)
 
 
 # ---------------------------------------------------------------------------------- figures
@@ -338,7 +365,8 @@ def spread(values: list[float], unit: str = "", digits: int = 2) -> str:
 
 
 def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
-    """A Markdown table: per side and step, moved; wait max; wait mean; last move."""
+    """A Markdown table: per side and step, moved; wait max; wait mean; last process started /
+    last move."""
     rows = ["| side | runs | " + " | ".join(STEPS[1:]) + " |", "| --- | --- |" + " --- |" * 3]
     for side, runs in results.items():
         if not runs:
@@ -350,7 +378,8 @@ def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
             again = sum(f.again for f in of)
             cells.append(
                 f"{moved}; {spread([f.wait_max for f in of], ' s')}; "
-                f"{spread([f.wait_mean for f in of], ' s')}; last {spread([f.last for f in of])}"
+                f"{spread([f.wait_mean for f in of], ' s')}; "
+                f"{spread([f.started for f in of])} / {spread([f.last for f in of])}"
                 + (f"; again {again}" if again else "")
             )
         rows.append(f"| {side} | {len(runs)} | " + " | ".join(cells) + " |")
@@ -366,7 +395,7 @@ def to_json(results: dict[str, list[dict[str, Figures]]]) -> dict[str, Any]:
 
 def from_json(saved: dict[str, Any]) -> dict[str, list[dict[str, Figures]]]:
     return {
-        side: [{name: Figures(**f) for name, f in run.items()} for run in runs]
+        side: [{name: Figures(**{"started": 0.0, **f}) for name, f in run.items()} for run in runs]
         for side, runs in saved.items()
     }
 
@@ -437,14 +466,18 @@ def main() -> int:
                         print(
                             f"  run {run} {side:<18} {name:<16} moved {f.moved:>3}  "
                             f"wait max {f.wait_max:5.2f} s  mean {f.wait_mean:5.2f} s  "
-                            f"again {f.again:>4}  last {f.last:5.2f} s  "
+                            f"again {f.again:>4}  started {f.started:5.2f} s  "
+                            f"last {f.last:5.2f} s  "
                             f"(step {f.length:5.1f} s)",
                             flush=True,
                         )
     finally:
         cluster.stop()
     print(f"\nbench_kafka: {PARTITIONS} partitions, a record per partition every {PERIOD}s;")
-    print("each cell: moved; wait max; wait mean; last move (s), median (range) over the runs")
+    print(
+        "each cell: moved; wait max; wait mean; last process started / last move (s after the"
+        " step's start), median (range) over the runs"
+    )
     print("\n".join(summary(results)))
     return 0
 
