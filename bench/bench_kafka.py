@@ -291,9 +291,17 @@ def run_side(
                 return obj["status"].get("members") == replicas and fresh
 
             def grouped() -> bool:
+                """Every partition held once, evenly over the pods (as the PartitionSet's
+                Balanced): a member still joining holds none, and a quiet moment before it
+                has joined is not the end of the step."""
                 held, newest = ownership(ownership_log(cluster, namespace, PODS, set_name))
                 owned = sorted(p for ps in held.values() for p in ps)
-                return owned == list(range(PARTITIONS)) and time.time() - newest > QUIET
+                counts = [len(held.get(f"kc-{i}", ())) for i in range(replicas)]
+                return (
+                    owned == list(range(PARTITIONS))
+                    and max(counts) - min(counts) <= 1
+                    and time.time() - newest > QUIET
+                )
 
             return lambda: rolled_out(replicas) and (placed() if apportion else grouped())
 
