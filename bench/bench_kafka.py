@@ -1,48 +1,55 @@
 """Kafka partitions placed by a PartitionSet against Kafka's own consumer-group rebalancing, on
-the same broker and workload (figures, not asserts).
+the same broker and workload, every side's consumers run the same way (figures, not asserts).
 
 Workload: a topic of 12 partitions, one message per partition every 50 ms; each record takes
-2 ms to handle. Steps: 3 consumers, then 4, then 2, then a rolling restart of the 2 (one after
-the other: stop, start a new one, wait until settled). Per step:
+2 ms to handle. Every side's consumers are process pods of a StatefulSet `kc` on one dev-cluster
+(pod simulator), with a readiness probe on /healthz (1 s period) and a 30 s grace period. Steps:
+3 consumers (`kubectl apply`), then 4 and 2 (`kubectl scale`), then a rolling restart of the 2
+(a template change: the StatefulSet replaces one pod at a time, the next once the new one is
+Ready). A step ends 3 s after the side settled. Per step:
 
-- moved: partitions whose consumer changed (Kafka's eager protocol also stops every other
-  partition during a rebalance: that shows in the gap, not in this count);
-- wait: the longest time a record produced during the step waited until it was handled (from
-  the step's start until 3 s after it settled; steady, a poll's worth): the worst partition's,
-  and the mean over partitions of each one's longest;
-- again: records handled a second time in the step (resumed from an older commit).
+- moved: partitions whose consumer (pod name) changed (Kafka's eager protocol also stops every
+  other partition during a rebalance: that shows in the wait, not in this count);
+- wait: the longest time a record produced during the step waited until it was handled: the
+  worst partition's, and the mean over partitions of each one's longest;
+- again: records handled a second time in the step (resumed from an older commit);
+- last: seconds from the step's start to the last partition's acquire by its new consumer;
+  started: to the last process the step started (pod simulator's log). Where the moves' time
+  goes: up to `started` the StatefulSet controller and the pod simulator (and on a restart the
+  old pod's termination), after it the interpreter or JVM, the readiness probe and the group's
+  join or the operator's next table.
 
-Sides:
-- apportion: `python -m apportion.kafka` consumers as process pods of a StatefulSet on a
-  dev-cluster, a PartitionSet over them (rebalance interval 1 s), the operator as a process;
-  steps are `kubectl scale` and a template change (StatefulSet rolling update).
-- apportion-java: the same with the Java consumer (integrations/kafka-java's PrintingConsumer).
-- Kafka's group rebalancing: consumers subscribed to one group, each a thread of this process;
-  steps start and stop (commit, leave the group) consumers; offsets auto-committed every 1 s,
-  heartbeats every 1 s (session timeout 10 s):
-  - eager-roundrobin, eager-sticky: aiokafka, classic protocol (eager: at each rebalance every
-    member gives up every partition), aiokafka's default assignor and its sticky one;
-  - cooperative-sticky: confluent-kafka (librdkafka), classic protocol, incremental;
-  - kip848-consumer: confluent-kafka, the `consumer` group protocol of Kafka 4 (KIP-848:
-    the broker assigns, incrementally; its heartbeat interval set to 1 s on the broker).
+Sides (`--side`, repeatable; `kafka` = every group side):
+- apportion: `python -m apportion.kafka` on a PartitionSet (rebalance interval 1 s), the
+  operator as a process; apportion-java: the Java consumer (integrations/kafka-java's
+  PrintingConsumer) on the same;
+- bench/kafka_group_consumer.py in each of its protocols, one group per run: eager-roundrobin,
+  eager-sticky (aiokafka, classic eager), cooperative-sticky (confluent-kafka), kip848 (the
+  `consumer` protocol of Kafka 4, its heartbeat interval set to 1 s on the broker), static
+  (cooperative-sticky with `group.instance.id` = the pod's name, KIP-345).
+Every consumer logs the same lines (docs/kafka.md), read by one analysis for all sides.
 
-Run: .venv/bin/python bench/bench_kafka.py [--quick] [--side apportion|apportion-java|kafka]
-(`make kafka-jars` first: the broker runs from the cached jars.)
+`--runs N` (default 5, `--quick` 1) runs every side N times, the sides taking turns so that a
+busy moment of the machine does not fall on one side only; each cell then reads median (range).
+
+Run: PYTHONPATH=operator:devtools .venv/bin/python bench/bench_kafka.py [--quick] [--runs N]
+[--side SIDE]... (`make kafka-jars` first: the broker runs from the cached jars.)
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
+import dataclasses
 import json
+import logging
+import re
 import statistics
+import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,23 +58,55 @@ sys.path[:0] = [str(REPO / "integrations/kafka"), str(REPO / "tests/e2e")]
 
 from kafka_broker import KafkaBroker  # noqa: E402
 from kafka_support import Produced, Producer, create_topic, processed  # noqa: E402
+from unitset_support import (  # noqa: E402
+    Operator,
+    apply,
+    get,
+    grant_worker_role,
+    is_true,
+    ownership_log,
+    read_table,
+    unit_set,
+    workers,
+)
 
 PARTITIONS = 12
 PERIOD = 0.05
 WORK_TIME = 0.002
 SETTLE_MARGIN = 3.0
+QUIET = 2.0
 STEPS = ("3 consumers", "3 -> 4", "4 -> 2", "rolling restart")
+PODS = [f"kc-{i}" for i in range(4)]
+GROUP_PROTOCOLS = ("eager-roundrobin", "eager-sticky", "cooperative-sticky", "kip848", "static")
+# bench/KafkaGroupConsumer.java: the plain Java KafkaConsumer, beside apportion-java.
+JAVA_PROTOCOLS = ("cooperative-sticky", "kip848", "static")
+GROUP_SIDES = (*GROUP_PROTOCOLS, *(f"{p}-java" for p in JAVA_PROTOCOLS))
+SIDES = ("apportion", "apportion-java", *GROUP_SIDES)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Step:
     name: str
     start: float
     end: float
 
 
+@dataclasses.dataclass(frozen=True)
+class Figures:
+    moved: int
+    wait_max: float
+    wait_mean: float
+    again: int
+    last: float
+    started: float
+    length: float
+
+
 Handled = dict[int, list[tuple[float, int]]]
 """partition -> (time, offset) of every record handled, in time order."""
+
+Assigned = list[tuple[float, int, str]]
+"""(time, partition, pod) of every acquire."""
 
 
 def longest_waits(handled: Handled, produced: list[Produced], step: Step) -> list[float]:
@@ -95,30 +134,57 @@ def handled_again(handled: Handled, step: Step) -> int:
     return again
 
 
-def moves(assigned: list[tuple[float, int, str]], step: Step) -> int:
-    """Partitions given to another consumer than their previous one, within the step."""
+def moves(assigned: Assigned, step: Step) -> tuple[int, float]:
+    """Partitions given to another consumer than their previous one within the step, and the
+    seconds from the step's start to the last such acquire (0 when none moved)."""
     holder: dict[int, str] = {}
-    moved = 0
+    moved, last = 0, step.start
     for t, partition, consumer in sorted(assigned):
         previous = holder.get(partition)
         if step.start < t <= step.end and previous is not None and previous != consumer:
             moved += 1
+            last = t
         holder[partition] = consumer
-    return moved
+    return moved, last - step.start
 
 
-def report(
-    side: str, steps: list[Step], handled: Handled, assigned, produced: list[Produced]
-) -> list[str]:
-    rows = []
+# The pod simulator's line when it starts a pod's process: "2026-11-26 08:01:25,066 INFO
+# apportion_dev.devcluster.podsim.simulator: <namespace>/<pod>: started java (pid 14003)".
+_STARTED = re.compile(r"^(?P<when>\S+ \S+),(?P<ms>\d{3}) .*: (?P<ns>[^/\s]+)/\S+: started ")
+
+
+def process_starts(podsim_log: Path, namespace: str) -> list[float]:
+    """When the pod simulator started a process of a pod of `namespace` (Unix time)."""
+    found = []
+    for line in podsim_log.read_text(errors="replace").splitlines():
+        if (m := _STARTED.match(line)) and m["ns"] == namespace:
+            when = time.mktime(time.strptime(m["when"], "%Y-%m-%d %H:%M:%S"))
+            found.append(when + int(m["ms"]) / 1000)
+    return found
+
+
+def figures(
+    steps: list[Step],
+    handled: Handled,
+    assigned: Assigned,
+    produced: list[Produced],
+    starts: list[float],
+) -> dict[str, Figures]:
+    found = {}
     for step in steps[1:]:
         waits = longest_waits(handled, produced, step)
-        rows.append(
-            f"  {side:<18} {step.name:<16} moved {moves(assigned, step):>3}  "
-            f"wait max {max(waits):5.2f} s  mean {statistics.fmean(waits):5.2f} s  "
-            f"again {handled_again(handled, step):>4}  (step {step.end - step.start:5.1f} s)"
+        moved, last = moves(assigned, step)
+        started = [t - step.start for t in starts if step.start < t <= step.end]
+        found[step.name] = Figures(
+            moved,
+            max(waits),
+            statistics.fmean(waits),
+            handled_again(handled, step),
+            last,
+            max(started, default=0.0),
+            step.end - step.start,
         )
-    return rows
+    return found
 
 
 def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
@@ -132,199 +198,259 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(0.2)
 
 
-# ------------------------------------------------------------------------ Kafka's own group
+# ------------------------------------------------------------------------------------ sides
 
 
-class GroupSide:
-    """Consumers of one group, each in its own thread: `client` "aiokafka" (classic protocol,
-    eager: every member gives up every partition at each rebalance) or "librdkafka"
-    (confluent-kafka: cooperative-sticky, or the KIP-848 `consumer` protocol), configured by
-    `config`."""
-
-    def __init__(self, bootstrap: str, topic: str, client: str, config: dict[str, Any]) -> None:
-        self.bootstrap, self.topic, self.client, self.config = bootstrap, topic, client, config
-        self.group = f"bench-{topic}"
-        self.handled: Handled = defaultdict(list)
-        self.assigned: list[tuple[float, int, str]] = []
-        self.current: dict[str, set[int]] = {}
-        self.last_change = time.time()
-        self.threads: dict[str, tuple[threading.Thread, threading.Event]] = {}
-        self.lock = threading.Lock()
-        self.count = 0
-
-    def add(self) -> str:
-        name = f"c{self.count}"
-        self.count += 1
-        stop = threading.Event()
-        consume = self._aiokafka if self.client == "aiokafka" else self._librdkafka
-        thread = threading.Thread(target=consume, args=(name, stop), daemon=True)
-        self.threads[name] = (thread, stop)
-        thread.start()
-        return name
-
-    def remove(self, name: str) -> None:
-        thread, stop = self.threads.pop(name)
-        stop.set()
-        thread.join(60)
-
-    def _assign(self, name: str, partitions: list[int]) -> None:
-        now = time.time()
-        with self.lock:
-            self.current.setdefault(name, set()).update(partitions)
-            self.assigned += [(now, p, name) for p in partitions]
-            self.last_change = now
-
-    def _revoke(self, name: str, partitions: list[int]) -> None:
-        with self.lock:
-            self.current.setdefault(name, set()).difference_update(partitions)
-            self.last_change = time.time()
-
-    def _gone(self, name: str) -> None:
-        with self.lock:
-            self.current.pop(name, None)
-            self.last_change = time.time()
-
-    def _aiokafka(self, name: str, stop: threading.Event) -> None:
-        from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
-
-        side = self
-
-        class Listener(ConsumerRebalanceListener):
-            async def on_partitions_revoked(self, revoked: Any) -> None:
-                side._revoke(name, [tp.partition for tp in revoked])
-
-            async def on_partitions_assigned(self, assigned: Any) -> None:
-                side._assign(name, [tp.partition for tp in assigned])
-
-        async def consume() -> None:
-            consumer = AIOKafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                group_id=self.group,
-                auto_offset_reset="earliest",
-                auto_commit_interval_ms=1000,
-                heartbeat_interval_ms=1000,
-                session_timeout_ms=10000,
-                **self.config,
-            )
-            await consumer.start()
-            consumer.subscribe([self.topic], listener=Listener())
-            try:
-                while not stop.is_set():
-                    batch = await consumer.getmany(timeout_ms=100)
-                    for tp, records in batch.items():
-                        for record in records:
-                            await asyncio.sleep(WORK_TIME)
-                            self.handled[tp.partition].append((time.time(), record.offset))
-            finally:
-                await consumer.stop()  # commits and leaves the group
-                self._gone(name)
-
-        asyncio.run(consume())
-
-    def _librdkafka(self, name: str, stop: threading.Event) -> None:
-        from confluent_kafka import Consumer
-
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "group.id": self.group,
-                "auto.offset.reset": "earliest",
-                "auto.commit.interval.ms": 1000,
-                **self.config,
-            }
-        )
-        consumer.subscribe(
-            [self.topic],
-            on_assign=lambda c, parts: self._assign(name, [p.partition for p in parts]),
-            on_revoke=lambda c, parts: self._revoke(name, [p.partition for p in parts]),
-            on_lost=lambda c, parts: self._revoke(name, [p.partition for p in parts]),
-        )
-        try:
-            while not stop.is_set():
-                message = consumer.poll(0.1)
-                if message is not None and message.error() is None:
-                    time.sleep(WORK_TIME)
-                    self.handled[message.partition()].append((time.time(), message.offset()))
-        finally:
-            consumer.close()  # commits and leaves the group
-            self._gone(name)
-
-    def settled(self) -> bool:
-        with self.lock:
-            owned = sorted(p for ps in self.current.values() for p in ps)
-            members = len(self.current)
-            quiet = time.time() - self.last_change > 2.0
-        return owned == list(range(PARTITIONS)) and members == len(self.threads) and quiet
-
-    def stop(self) -> None:
-        for name in list(self.threads):
-            self.remove(name)
+def consumer_command(side: str, java_classpath: Callable[[], str]) -> list[str]:
+    """How a pod of `side` starts, up to the flags every side shares (--topic, --bootstrap,
+    --group, --work-time, --port)."""
+    if side == "apportion":
+        return [sys.executable, "-m", "apportion.kafka", "--set", "orders"]
+    if side == "apportion-java":
+        main = "dev.apportion.kafka.sample.PrintingConsumer"
+        return ["java", "-cp", java_classpath(), main, "--set", "orders"]
+    if side.endswith("-java"):
+        return ["java", "-cp", java_classpath(), "KafkaGroupConsumer", "--protocol", side[:-5]]
+    script = str(REPO / "bench" / "kafka_group_consumer.py")
+    return [sys.executable, script, "--protocol", side]
 
 
-def group_side(
-    bootstrap: str, topic: str, client: str, config: dict[str, Any]
-) -> tuple[list[Step], Any, Any]:
-    side = GroupSide(bootstrap, topic, client, config)
-    steps = []
-
-    def step(name: str, action: Callable[[], None]) -> None:
-        start = time.time()
-        action()
-        wait_until(side.settled, 120, f"group settled after {name}")
-        time.sleep(SETTLE_MARGIN)
-        steps.append(Step(name, start, time.time()))
-
-    step(STEPS[0], lambda: [side.add() for _ in range(3)])
-    step(STEPS[1], side.add)
-    step(STEPS[2], lambda: [side.remove(n) for n in sorted(side.threads)[:2]])
-
-    def rolling() -> None:
-        for name in sorted(side.threads):
-            side.remove(name)
-            side.add()
-            wait_until(side.settled, 120, "group settled in the rolling restart")
-
-    step(STEPS[3], rolling)
-    side.stop()
-    return steps, side.handled, side.assigned
+def ownership(log: list[Any]) -> tuple[dict[str, set[int]], float]:
+    """pod -> partitions it holds by its own lines, and the time of the newest line."""
+    held: dict[str, set[int]] = defaultdict(set)
+    newest = 0.0
+    for entry in log:
+        if entry.action == "acquire":
+            held[entry.pod].add(int(entry.unit))
+        else:
+            held[entry.pod].discard(int(entry.unit))
+        newest = max(newest, entry.time)
+    return held, newest
 
 
-# -------------------------------------------------------------------------------- apportion
-
-
-def apportion_side(bootstrap: str, topic: str, consumer: list[str]) -> tuple[list[Step], Any, Any]:
-    """`consumer`: how a consumer pod starts (Python or Java; the same flags follow)."""
-    from unitset_support import (
-        Operator,
-        apply,
-        get,
-        grant_worker_role,
-        is_true,
-        ownership_log,
-        read_table,
-        unit_set,
-        workers,
+def run_side(
+    cluster: Any, bootstrap: str, side: str, run: int, command: list[str]
+) -> dict[str, Figures]:
+    """One run of one side in its own namespace, topic and group: the step figures."""
+    kubectl = cluster.kubectl
+    namespace = f"bk-{side}-{run}"
+    topic = group = f"bench-{side}-{run}"
+    apportion = side.startswith("apportion")
+    set_name = "PartitionSet/orders" if apportion else f"Group/{group}"
+    kubectl("create", "namespace", namespace)
+    grant_worker_role(kubectl, namespace)
+    wait_until(
+        lambda: (
+            kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode
+            == 0
+        ),
+        30,
+        "the default ServiceAccount",
     )
+    create_topic(bootstrap, topic, PARTITIONS)
+    command = [
+        *command, "--topic", topic, "--bootstrap", bootstrap, "--group", group,
+        "--work-time", str(WORK_TIME), "--port", "8080",
+    ]  # fmt: skip
+    consumers = workers("kc", 3, command=command, grace=30)
+    # Ready once the consumer serves /healthz: the operator gives partitions to pods that can
+    # take them, and a rolling update goes on to the next pod only then.
+    (container,) = consumers["spec"]["template"]["spec"]["containers"]
+    container["readinessProbe"] = {
+        "httpGet": {"path": "/healthz", "port": "metrics"},
+        "periodSeconds": 1,
+    }
+    state = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
+    operator = Operator(cluster, namespace, state / "operator.log") if apportion else None
+    producer = Producer(bootstrap, topic, keys=PARTITIONS, partitions=PARTITIONS, period=PERIOD)
+    producer.start()
+    steps: list[Step] = []
+    try:
+
+        def rolled_out(replicas: int) -> bool:
+            sts = get(kubectl, namespace, "statefulset", "kc")
+            status = sts["status"]
+            pods = get(kubectl, namespace, "pods")["items"]
+            return (
+                status.get("observedGeneration") == sts["metadata"]["generation"]
+                and status.get("readyReplicas") == replicas
+                and status.get("updatedReplicas") == replicas
+                and status.get("currentRevision") == status.get("updateRevision")
+                and len(pods) == replicas
+            )
+
+        def settled(replicas: int, old_uids: dict[str, str] | None = None) -> Callable[[], bool]:
+            def placed() -> bool:
+                obj = get(kubectl, namespace, "pset", "orders")
+                table = read_table(kubectl, namespace, "PartitionSet", "orders")
+                if table is None or table.releasing() or not is_true(obj, "Balanced"):
+                    return False
+                fresh = old_uids is None or all(
+                    table.member_uids.get(p) not in (None, uid) for p, uid in old_uids.items()
+                )
+                return obj["status"].get("members") == replicas and fresh
+
+            def grouped() -> bool:
+                """Every partition held once, evenly over the pods (as the PartitionSet's
+                Balanced): a member still joining holds none, and a quiet moment before it
+                has joined is not the end of the step."""
+                held, newest = ownership(ownership_log(cluster, namespace, PODS, set_name))
+                owned = sorted(p for ps in held.values() for p in ps)
+                counts = [len(held.get(f"kc-{i}", ())) for i in range(replicas)]
+                return (
+                    owned == list(range(PARTITIONS))
+                    and max(counts) - min(counts) <= 1
+                    and time.time() - newest > QUIET
+                )
+
+            return lambda: rolled_out(replicas) and (placed() if apportion else grouped())
+
+        def step(name: str, action: Callable[[], Any], check: Callable[[], bool]) -> None:
+            start = time.time()
+            action()
+            wait_until(check, 240, f"{side} settled after {name}")
+            time.sleep(SETTLE_MARGIN)
+            steps.append(Step(name, start, time.time()))
+
+        def begin() -> None:
+            apply(kubectl, namespace, consumers)
+            if apportion:
+                spec = {
+                    "partitions": PARTITIONS,
+                    "workloadRef": {"kind": "StatefulSet", "name": "kc"},
+                    "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+                }
+                apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
+
+        def scale(n: int) -> Callable[[], Any]:
+            return lambda: kubectl("scale", "-n", namespace, "statefulset", "kc", f"--replicas={n}")
+
+        def restart() -> None:
+            patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
+            kubectl(
+                "patch", "-n", namespace, "statefulset", "kc", "--type=merge",
+                "-p", json.dumps(patch),
+            )  # fmt: skip
+
+        step(STEPS[0], begin, settled(3))
+        step(STEPS[1], scale(4), settled(4))
+        step(STEPS[2], scale(2), settled(2))
+        old = None
+        if apportion:
+            table = read_table(kubectl, namespace, "PartitionSet", "orders")
+            old = dict(table.member_uids) if table is not None else None
+        step(STEPS[3], restart, settled(2, old))
+    finally:
+        produced = producer.stop()
+        # The next side must not share the cores with this one's pods.
+        kubectl("scale", "-n", namespace, "statefulset", "kc", "--replicas=0", check=False)
+        wait_until(lambda: not get(kubectl, namespace, "pods")["items"], 120, f"{side}'s pods gone")
+        if operator is not None:
+            operator.stop()
+        kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+    handled: Handled = defaultdict(list)
+    for record in processed(cluster, namespace, PODS):
+        handled[record.partition].append((record.time, record.offset))
+    assigned = [
+        (o.time, int(o.unit), o.pod)
+        for o in ownership_log(cluster, namespace, PODS, set_name)
+        if o.action == "acquire"
+    ]
+    starts = process_starts(cluster.log_path("podsim"), namespace)
+    return figures(steps, handled, assigned, produced, starts)
+
+
+# ---------------------------------------------------------------------------------- figures
+
+
+def spread(values: list[float], unit: str = "", digits: int = 2) -> str:
+    """median (range), or the value alone when every run gave it."""
+    median = f"{statistics.median(values):.{digits}f}{unit}"
+    low, high = min(values), max(values)
+    if len(values) == 1 or f"{low:.{digits}f}" == f"{high:.{digits}f}":
+        return median
+    return f"{median} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
+    """A Markdown table: per side and step, moved; wait max; wait mean; last process started /
+    last move."""
+    rows = ["| side | runs | " + " | ".join(STEPS[1:]) + " |", "| --- | --- |" + " --- |" * 3]
+    for side, runs in results.items():
+        if not runs:
+            continue
+        cells = []
+        for name in STEPS[1:]:
+            of = [r[name] for r in runs]
+            moved = spread([float(f.moved) for f in of], digits=0)
+            again = sum(f.again for f in of)
+            cells.append(
+                f"{moved}; {spread([f.wait_max for f in of], ' s')}; "
+                f"{spread([f.wait_mean for f in of], ' s')}; "
+                f"{spread([f.started for f in of])} / {spread([f.last for f in of])}"
+                + (f"; again {again}" if again else "")
+            )
+        rows.append(f"| {side} | {len(runs)} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def to_json(results: dict[str, list[dict[str, Figures]]]) -> dict[str, Any]:
+    return {
+        side: [{name: dataclasses.asdict(f) for name, f in run.items()} for run in runs]
+        for side, runs in results.items()
+    }
+
+
+def from_json(saved: dict[str, Any]) -> dict[str, list[dict[str, Figures]]]:
+    return {
+        side: [{name: Figures(**{"started": 0.0, **f}) for name, f in run.items()} for run in runs]
+        for side, runs in saved.items()
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one run per side")
+    parser.add_argument("--runs", type=int, help="runs per side (default 5, --quick 1)")
+    parser.add_argument("--side", choices=(*SIDES, "kafka"), action="append")
+    parser.add_argument("--out", type=Path, help="the figures so far, as JSON, after every run")
+    parser.add_argument("--report", type=Path, help="only the table of a JSON file of --out")
+    args = parser.parse_args()
+    if args.report:
+        print("\n".join(summary(from_json(json.loads(args.report.read_text())))))
+        return 0
+    runs = args.runs or (1 if args.quick else 5)
+    # The producer's retries while a new topic's leader is elected are not a figure.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    chosen = args.side or list(SIDES)
+    sides = [s for s in SIDES if s in chosen or (s in GROUP_SIDES and "kafka" in chosen)]
+    java: list[str] = []
+
+    def java_classpath() -> str:
+        """integrations/kafka-java's classes and dependencies (kafka-clients among them), and
+        bench/KafkaGroupConsumer.java compiled against them, once."""
+        if not java:
+            from java_support import classpath
+
+            built = tempfile.mkdtemp(prefix="bench-kafka-java-")
+            path = f"{built}:{classpath('integrations/kafka-java')}"
+            source = str(REPO / "bench" / "KafkaGroupConsumer.java")
+            subprocess.run(["javac", "-d", built, "-cp", path, source], check=True)
+            java.append(path)
+        return java[0]
 
     from apportion_dev.devcluster import DevCluster
 
+    commands = {side: consumer_command(side, java_classpath) for side in sides}
+    results: dict[str, list[dict[str, Figures]]] = {side: [] for side in sides}
+    # The KIP-848 protocol's heartbeat interval is the broker's: 1 s, as the classic clients'.
+    heartbeat = {
+        "group.consumer.heartbeat.interval.ms": "1000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
+    }
+    workdir = Path(tempfile.mkdtemp(prefix="bench-kafka-broker-"))
     cluster = DevCluster.start()
-    namespace = "bench-kafka"
-    state = Path(tempfile.mkdtemp(prefix="bench-kafka-"))
-    operator = None
     try:
-        cluster.kubectl("create", "namespace", namespace)
-        grant_worker_role(cluster.kubectl, namespace)
-        wait_until(
-            lambda: (
-                cluster.kubectl(
-                    "get", "-n", namespace, "serviceaccount", "default", check=False
-                ).returncode
-                == 0
-            ),
-            30,
-            "the default ServiceAccount",
-        )
         cluster.kubectl("apply", "-f", str(REPO / "crds"))
         cluster.kubectl(
             "wait",
@@ -332,162 +458,35 @@ def apportion_side(bootstrap: str, topic: str, consumer: list[str]) -> tuple[lis
             "--timeout=60s",
             "crd/partitionsets.apportion.dev",
         )
-        operator = Operator(cluster, namespace, state / "operator.log")
-        kubectl = cluster.kubectl
-        command = [
-            *consumer, "--topic", topic, "--set", "orders",
-            "--bootstrap", bootstrap, "--group", "bench-apportion",
-            "--work-time", str(WORK_TIME), "--port", "8080",
-        ]  # fmt: skip
-        consumers = workers("kc", 3, command=command, grace=30)
-        # Ready once the consumer serves /healthz: the operator gives partitions to pods that
-        # can take them, not to processes still importing.
-        (container,) = consumers["spec"]["template"]["spec"]["containers"]
-        container["readinessProbe"] = {
-            "httpGet": {"path": "/healthz", "port": "metrics"},
-            "periodSeconds": 1,
-        }
-        pods: set[str] = set()
-
-        def settled(members: int, old_uids: dict[str, str] | None = None) -> Callable[[], bool]:
-            def check() -> bool:
-                obj = get(kubectl, namespace, "pset", "orders")
-                table = read_table(kubectl, namespace, "PartitionSet", "orders")
-                if table is None or table.releasing() or not is_true(obj, "Balanced"):
-                    return False
-                pods.update(table.member_uids)
-                fresh = old_uids is None or all(
-                    table.member_uids.get(p) not in (None, uid) for p, uid in old_uids.items()
-                )
-                return obj["status"].get("members") == members and fresh
-
-            return check
-
-        steps = []
-
-        def step(name: str, action: Callable[[], Any], check: Callable[[], bool]) -> None:
-            start = time.time()
-            action()
-            wait_until(check, 240, f"Balanced after {name}")
-            time.sleep(SETTLE_MARGIN)
-            steps.append(Step(name, start, time.time()))
-
-        spec = {
-            "partitions": PARTITIONS,
-            "workloadRef": {"kind": "StatefulSet", "name": "kc"},
-            "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
-        }
-
-        def begin() -> None:
-            apply(kubectl, namespace, consumers)
-            apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
-
-        def scale(n: int) -> Callable[[], Any]:
-            return lambda: kubectl("scale", "-n", namespace, "statefulset", "kc", f"--replicas={n}")
-
-        step(STEPS[0], begin, settled(3))
-        step(STEPS[1], scale(4), settled(4))
-        step(STEPS[2], scale(2), settled(2))
-        old = dict(read_table(kubectl, namespace, "PartitionSet", "orders").member_uids)
-        patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}
-        step(
-            STEPS[3],
-            lambda: kubectl(
-                "patch",
-                "-n",
-                namespace,
-                "statefulset",
-                "kc",
-                "--type=merge",
-                "-p",
-                json.dumps(patch),
-            ),
-            settled(2, old),
-        )
-        names = sorted(pods)
-        handled: Handled = defaultdict(list)
-        for record in processed(cluster, namespace, names):
-            handled[record.partition].append((record.time, record.offset))
-        assigned = [
-            (o.time, int(o.unit), o.pod)
-            for o in ownership_log(cluster, namespace, names, "PartitionSet/orders")
-            if o.action == "acquire"
-        ]
-        return steps, handled, assigned
+        with KafkaBroker(workdir, overrides=heartbeat) as broker:
+            for run in range(runs):
+                for side in sides:
+                    try:
+                        found = run_side(cluster, broker.bootstrap, side, run, commands[side])
+                    except (Exception, SystemExit) as error:
+                        # One side that does not settle must not lose the others' runs.
+                        print(f"  run {run} {side}: no figures: {error}", flush=True)
+                        continue
+                    results[side].append(found)
+                    if args.out:
+                        args.out.write_text(json.dumps(to_json(results), indent=1))
+                    for name, f in found.items():
+                        print(
+                            f"  run {run} {side:<18} {name:<16} moved {f.moved:>3}  "
+                            f"wait max {f.wait_max:5.2f} s  mean {f.wait_mean:5.2f} s  "
+                            f"again {f.again:>4}  started {f.started:5.2f} s  "
+                            f"last {f.last:5.2f} s  "
+                            f"(step {f.length:5.1f} s)",
+                            flush=True,
+                        )
     finally:
-        if operator is not None:
-            operator.stop()
         cluster.stop()
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="the same run (it is short)")
-    parser.add_argument("--side", choices=("apportion", "apportion-java", "kafka"), action="append")
-    args = parser.parse_args()
-    sides = args.side or ["apportion", "apportion-java", "kafka"]
-    from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
-    from aiokafka.coordinator.assignors.sticky.sticky_assignor import StickyPartitionAssignor
-
-    groups = {
-        "eager-roundrobin": (
-            "aiokafka",
-            {"partition_assignment_strategy": (RoundRobinPartitionAssignor,)},
-        ),
-        "eager-sticky": ("aiokafka", {"partition_assignment_strategy": (StickyPartitionAssignor,)}),
-        "cooperative-sticky": (
-            "librdkafka",
-            {
-                "partition.assignment.strategy": "cooperative-sticky",
-                "heartbeat.interval.ms": 1000,
-                "session.timeout.ms": 10000,
-            },
-        ),
-        "kip848-consumer": ("librdkafka", {"group.protocol": "consumer"}),
-    }
-    rows = []
-    # The KIP-848 protocol's heartbeat interval is the broker's: 1 s, as the classic clients'.
-    heartbeat = {
-        "group.consumer.heartbeat.interval.ms": "1000",
-        "group.consumer.min.heartbeat.interval.ms": "1000",
-    }
-    with KafkaBroker(
-        Path(tempfile.mkdtemp(prefix="bench-kafka-broker-")), overrides=heartbeat
-    ) as broker:
-        runs: list[tuple[str, Callable[[str], tuple[list[Step], Any, Any]]]] = []
-        if "apportion" in sides:
-            python = [sys.executable, "-m", "apportion.kafka"]
-            runs.append(("apportion", lambda t: apportion_side(broker.bootstrap, t, python)))
-        if "apportion-java" in sides:
-            from java_support import classpath
-
-            java = [
-                "java",
-                "-cp",
-                classpath("integrations/kafka-java"),
-                "dev.apportion.kafka.sample.PrintingConsumer",
-            ]
-            runs.append(("apportion-java", lambda t: apportion_side(broker.bootstrap, t, java)))
-        if "kafka" in sides:
-            for label, (client, config) in groups.items():
-                runs.append(
-                    (label, lambda t, c=client, k=config: group_side(broker.bootstrap, t, c, k))
-                )
-        for label, run in runs:
-            topic = f"bench-{label}"
-            create_topic(broker.bootstrap, topic, PARTITIONS)
-            producer = Producer(
-                broker.bootstrap, topic, keys=PARTITIONS, partitions=PARTITIONS, period=PERIOD
-            )
-            producer.start()
-            try:
-                steps, handled, assigned = run(topic)
-            finally:
-                produced = producer.stop()
-            rows += report(label, steps, handled, assigned, produced)
-            print("\n".join(rows[-3:]), flush=True)
-    print(f"\nbench_kafka: {PARTITIONS} partitions, a record per partition every {PERIOD}s")
-    print("\n".join(rows))
+    print(f"\nbench_kafka: {PARTITIONS} partitions, a record per partition every {PERIOD}s;")
+    print(
+        "each cell: moved; wait max; wait mean; last process started / last move (s after the"
+        " step's start), median (range) over the runs"
+    )
+    print("\n".join(summary(results)))
     return 0
 
 
