@@ -101,6 +101,7 @@ def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) 
         "imbalanceTolerance": "Default",
         "pauseDuringRollout": True,
         "handoffTimeout": "60s",
+        "restartGrace": "0s",
         "whenCutOff": "StopServing",
     }
     assert spec["metrics"] == {"podMetrics": True, "smoothing": {"halfLife": "30s"}}

@@ -198,9 +198,6 @@ def test_pekko_follows_the_shardset_while_scaling(
     }
     apply(kubectl, namespace, sts, unit_set("ShardSet", SET, spec))
 
-    def url(pod: str) -> str:
-        return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
-
     def ready(pod: str) -> bool:
         """Ready and not terminating: a pod a rolling restart is replacing still reads Ready
         while it drains, but it is no front to send through."""
@@ -218,7 +215,7 @@ def test_pekko_follows_the_shardset_while_scaling(
     def fronts() -> list[str]:
         """pk-0 and pk-1, which every step keeps (messages enter the cluster there), when
         Ready: a rolling restart replaces them too."""
-        return [url(p) for p in (f"{STS}-0", f"{STS}-1") if ready(p)]
+        return [pod_url(kubectl, namespace, p) for p in (f"{STS}-0", f"{STS}-1") if ready(p)]
 
     traffic = Traffic(fronts, names)
     traffic.start()
@@ -332,6 +329,55 @@ def acquisitions(dev_cluster: Any, namespace: str, pods: list[str]) -> dict[str,
     return found
 
 
+class Agreement:
+    """The ShardSet's table once it has no release, places shards on exactly the given members
+    and Pekko's view (`/view` at `front`) equals it; `last` keeps what was seen last, for the
+    failure message."""
+
+    def __init__(self, kubectl: Callable[..., Any], namespace: str, front: Callable[[], str]):
+        self.kubectl, self.namespace, self.front = kubectl, namespace, front
+        self.last: dict[str, Any] = {}
+
+    def on(self, members: set[str]) -> Any:
+        table = read_table(self.kubectl, self.namespace, "ShardSet", SET)
+        if table is None or table.releasing():
+            return None
+        wanted = {m: set(u) for m, u in table.by_member().items() if u}
+        status, body = fetch(f"{self.front()}/view", timeout=10)
+        view = json.loads(body) if status == 200 else None
+        self.last.update(table=wanted, view=view)
+        if set(wanted) != members or view is None:
+            return None
+        return table if {p: set(s) for p, s in view.items() if s} == wanted else None
+
+
+def pod_url(kubectl: Callable[..., Any], namespace: str, pod: str) -> str:
+    return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
+
+
+def traffic_once_placed(
+    kubectl: Callable[..., Any],
+    namespace: str,
+    pods: list[str],
+    names: list[str],
+    wait_for: Callable[..., Any],
+) -> tuple[Traffic, list[str]]:
+    """Traffic through the first two pods (their URLs are returned), started once the ShardSet
+    placed shards on every pod: Pekko's view lists only the shards that messages started."""
+    wait_for(
+        lambda: (
+            (table := read_table(kubectl, namespace, "ShardSet", SET))
+            and {m for m, units in table.by_member().items() if units} == set(pods)
+        ),
+        120,
+        f"the ShardSet never placed shards on {len(pods)} pods",
+    )
+    fronts = [pod_url(kubectl, namespace, pod) for pod in pods[:2]]
+    traffic = Traffic(lambda: fronts, names)
+    traffic.start()
+    return traffic, fronts
+
+
 def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath
 ) -> None:
@@ -353,47 +399,21 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     pods = [f"{STS}-{i}" for i in range(3)]
     cut = pods[2]
 
-    def url(pod: str) -> str:
-        return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
-
-    last: dict[str, Any] = {}
-
-    def settled(members: set[str]) -> dict[str, set[str]] | None:
-        table = read_table(kubectl, namespace, "ShardSet", SET)
-        if table is None or table.releasing():
-            return None
-        wanted = {m: set(u) for m, u in table.by_member().items() if u}
-        status, body = fetch(f"{url(pods[0])}/view", timeout=10)
-        view = json.loads(body) if status == 200 else None
-        last.update(table=wanted, view=view)
-        if set(wanted) != members or view is None:
-            return None
-        return wanted if {p: set(s) for p, s in view.items() if s} == wanted else None
-
-    # Pekko's view lists only shards that messages started: traffic first.
-    wait_for(
-        lambda: (
-            (table := read_table(kubectl, namespace, "ShardSet", SET))
-            and {m for m, units in table.by_member().items() if units} == set(pods)
-        ),
-        120,
-        "the ShardSet never placed shards on 3 pods",
-    )
-    fronts = [url(pods[0]), url(pods[1])]
-    traffic = Traffic(lambda: fronts, names)
-    traffic.start()
-    placed = wait_for(lambda: settled(set(pods)), 120, "Pekko never agreed on 3 pods")
+    traffic, fronts = traffic_once_placed(kubectl, namespace, pods, names, wait_for)
+    agreement = Agreement(kubectl, namespace, lambda: fronts[0])
+    placed = wait_for(lambda: agreement.on(set(pods)), 120, "Pekko never agreed on 3 pods")
     wait_for(
         lambda: {r["entity"] for r in traffic.replies} == set(names),
         60,
         "not every entity answered",
     )
-    moving = placed[cut]
+    moving = set(placed.by_member()[cut])
 
     t_cut = time.time()
     cut_api_route(kubectl, namespace, cut)
     kubectl("annotate", "pod", cut, "-n", namespace, "apportion.dev/drain=true")
-    after = wait_for(lambda: settled(set(pods[:2])), 120, f"{cut}'s shards never moved")
+    after = wait_for(lambda: agreement.on(set(pods[:2])), 120, f"{cut}'s shards never moved")
+    after_owners = {m: set(u) for m, u in after.by_member().items()}
     # Every moved shard answers from its new pod before the cut is lifted.
     moved_names = [
         e for e in names if str(locate([e], scheme="akka", count=SHARDS)[0].unit) in moving
@@ -420,7 +440,7 @@ def test_a_node_cut_off_from_the_api_server_stops_its_entities_before_they_move(
     stops, starts, problems = [], [], []
     for entity in moved_names:
         shard = str(locate([entity], scheme="akka", count=SHARDS)[0].unit)
-        owner = next(p for p, shards in after.items() if shard in shards)
+        owner = next(p for p, shards in after_owners.items() if shard in shards)
         taken = min(t for t, p in acquired[shard] if p == owner and t > t_cut)
         stop = [
             t for t, a, e, p, _ in log if e == entity and p == cut and a == "stop" and t > t_cut
@@ -481,38 +501,14 @@ def test_a_sigkilled_node_restarted_in_place_gets_its_shards_back(
     pods = [f"{STS}-{i}" for i in range(3)]
     victim = pods[2]
 
-    def url(pod: str) -> str:
-        return f"http://{get(kubectl, namespace, 'pod', pod)['status']['podIP']}:8080"
-
-    last: dict[str, Any] = {}
+    # pk-0 and pk-1 front the traffic: pk-2's /send dies with its JVM.
+    traffic, fronts = traffic_once_placed(kubectl, namespace, pods, names, wait_for)
+    agreement = Agreement(kubectl, namespace, lambda: fronts[0])
 
     def settled() -> Any:
-        """The table over the 3 pods, no release, and Pekko's view equal to it."""
-        table = read_table(kubectl, namespace, "ShardSet", SET)
-        if table is None or table.releasing():
-            return None
-        wanted = {m: set(u) for m, u in table.by_member().items() if u}
-        status, body = fetch(f"{url(pods[0])}/view", timeout=10)
-        view = json.loads(body) if status == 200 else None
-        last.update(table=wanted, view=view)
-        if set(wanted) != set(pods) or view is None:
-            return None
-        return table if {p: set(s) for p, s in view.items() if s} == wanted else None
+        return agreement.on(set(pods))
 
-    # Pekko's view lists only shards that messages started: traffic first.
-    wait_for(
-        lambda: (
-            (table := read_table(kubectl, namespace, "ShardSet", SET))
-            and {m for m, units in table.by_member().items() if units} == set(pods)
-        ),
-        120,
-        "the ShardSet never placed shards on 3 pods",
-    )
-    # pk-0 and pk-1 front the traffic: pk-2's /send dies with its JVM.
-    fronts = [url(pods[0]), url(pods[1])]
-    traffic = Traffic(lambda: fronts, names)
-    traffic.start()
-    before = wait_for(settled, 120, f"Pekko never agreed on 3 pods; last: {last}")
+    before = wait_for(settled, 120, f"Pekko never agreed on 3 pods; last: {agreement.last}")
     wait_for(
         lambda: {r["entity"] for r in traffic.replies} == set(names),
         60,
@@ -535,7 +531,7 @@ def test_a_sigkilled_node_restarted_in_place_gets_its_shards_back(
 
     back = wait_for(answered_again, 180, "pk-2's entities never answered again")
     outage = max(back.values()) - killed_at
-    after = wait_for(settled, 120, f"Pekko never agreed again; last: {last}")
+    after = wait_for(settled, 120, f"Pekko never agreed again; last: {agreement.last}")
     traffic.stop()
     moved = {
         u

@@ -37,16 +37,16 @@ import org.apache.pekko.cluster.sharding.typed.ShardingMessageExtractor;
 import org.apache.pekko.cluster.sharding.typed.javadsl.ClusterSharding;
 import org.apache.pekko.cluster.sharding.typed.javadsl.Entity;
 import org.apache.pekko.cluster.sharding.typed.javadsl.EntityTypeKey;
-import org.apache.pekko.cluster.sharding.external.ExternalShardAllocationStrategy;
 import org.apache.pekko.cluster.typed.Cluster;
+import org.apache.pekko.util.Timeout;
 
 /**
  * One Pekko entity type whose shards live where a ShardSet says (docs/pekko.md).
  *
  * <p>apportion's units are the type's shard ids ("0".."n-1") and entities map to them with the
  * {@code akka} key scheme, Pekko's own default extractor. Every node runs an apportion {@link
- * Worker} for its pod and feeds the ShardSet's table into Pekko's {@link
- * ExternalShardAllocationStrategy}: the desired node of a shard is the pod a release hands it to,
+ * Worker} for its pod and feeds the ShardSet's table into Pekko's external shard allocation
+ * ({@link ApportionAllocationStrategy}): the desired node of a shard is the pod a release hands it to,
  * else its owner, translated to a cluster address through the member role {@code pod:<name>}.
  * The coordinator moves shards with its own hand-off (a shard is never hosted twice); a release
  * is acknowledged to apportion only once this node's region confirmed that the shard left it.
@@ -135,7 +135,8 @@ public final class ApportionSharding<M> implements AutoCloseable {
   public Entity<M, ShardingEnvelope<M>> entity(Entity<M, ShardingEnvelope<M>> entity) {
     return entity
         .withMessageExtractor(ShardingMessageExtractor.<M>apply(shards))
-        .withAllocationStrategy(ExternalShardAllocationStrategy.create(system, typeKey.name(), ASK));
+        .withAllocationStrategy(
+            new ApportionAllocationStrategy(system, typeKey.name(), Timeout.create(ASK)));
   }
 
   /** The apportion worker of this pod (its table, {@code unitOf}, fencing tokens). */
