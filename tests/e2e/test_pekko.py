@@ -186,6 +186,27 @@ def counter_app(classpath: str) -> dict[str, Any]:
     return sts
 
 
+def all_messages_logged(
+    dev_cluster: Any,
+    namespace: str,
+    pods: list[str],
+    traffic: Traffic,
+    wait_for: Callable[..., Any],
+) -> tuple[Counter[tuple[str, int]], list[Any]]:
+    """Every (entity, seq) the traffic sent, and the entity log once it holds each of them."""
+    sent = Counter({(e, seq) for e, n in traffic.sent.items() for seq in range(1, n + 1)})
+    log = wait_for(
+        lambda: (
+            (lines := entity_log(dev_cluster, namespace, pods))
+            and {(e, seq) for _, a, e, _, seq in lines if a == "msg"} >= set(sent)
+            and lines
+        ),
+        30,
+        "every message in the entity logs",
+    )
+    return sent, log
+
+
 def test_pekko_follows_the_shardset_while_scaling(
     operator, dev_cluster, namespace, kubectl, wait_for, pekko_classpath
 ) -> None:
@@ -295,16 +316,7 @@ def test_pekko_follows_the_shardset_while_scaling(
     assert {e: traffic.send(e, fronts()[0])["pod"] for e in names} == where
 
     pods = [f"{STS}-{i}" for i in range(5)]
-    sent = Counter({(e, seq) for e, n in traffic.sent.items() for seq in range(1, n + 1)})
-    log = wait_for(
-        lambda: (
-            (lines := entity_log(dev_cluster, namespace, pods))
-            and {(e, seq) for _, a, e, _, seq in lines if a == "msg"} >= set(sent)
-            and lines
-        ),
-        30,
-        "every message in the entity logs",
-    )
+    sent, log = all_messages_logged(dev_cluster, namespace, pods, traffic, wait_for)
     assert twice_alive(log) == []
     counted = Counter((entity, seq) for _, action, entity, _, seq in log if action == "msg")
     assert set(counted) == set(sent), "a message counted that was never sent, or one lost"
@@ -543,16 +555,7 @@ def test_a_sigkilled_node_restarted_in_place_gets_its_shards_back(
     assert restarted != pid
     assert get(kubectl, namespace, "pod", victim)["metadata"]["uid"] == before.member_uids[victim]
 
-    sent = Counter({(e, seq) for e, n in traffic.sent.items() for seq in range(1, n + 1)})
-    log = wait_for(
-        lambda: (
-            (lines := entity_log(dev_cluster, namespace, pods))
-            and {(e, seq) for _, a, e, _, seq in lines if a == "msg"} >= set(sent)
-            and lines
-        ),
-        30,
-        "every message in the entity logs",
-    )
+    sent, log = all_messages_logged(dev_cluster, namespace, pods, traffic, wait_for)
     # SIGKILL ended pk-2's entities, which its log cannot say.
     alive = set()
     for t, action, entity, pod, _ in log:
