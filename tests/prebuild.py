@@ -70,13 +70,13 @@ def order(items: list[pytest.Item]) -> None:
 
 def missing(items: Iterable[pytest.Item]) -> list[str]:
     """The tools these tests need that are not built, in the order the tests need them."""
-    names: dict[str, None] = {}
-    for item in items:
-        for tool in tools_of(item):
-            spec = tool_build(tool)
-            if not is_built(spec.directory, spec.stamp, spec.binaries):
-                names.setdefault(tool.name)
-    return list(names)
+    needed = {tool.name: tool for item in items for tool in tools_of(item)}
+    return [name for name, tool in needed.items() if not _built(tool)]
+
+
+def _built(tool: GoTool) -> bool:
+    spec = tool_build(tool)  # reads and hashes the wrapper module: once per tool, not per test
+    return is_built(spec.directory, spec.stamp, spec.binaries)
 
 
 def log_path() -> Path:

@@ -98,6 +98,16 @@ def pods(cluster: DevCluster, namespace: str) -> list[dict[str, Any]]:
     return list(json.loads(listing.stdout)["items"])
 
 
+def all_running_off(cluster: DevCluster, namespace: str, node: str) -> bool:
+    """Every one of the 4 workers Running on a node other than `node`."""
+    running = sorted(
+        p["metadata"]["name"]
+        for p in pods(cluster, namespace)
+        if p["spec"].get("nodeName") not in (None, node) and p["status"].get("phase") == "Running"
+    )
+    return running == [f"{WORKERS}-{i}" for i in range(4)]
+
+
 def served_once(
     cluster: DevCluster, namespace: str, away_from: str | None = None
 ) -> dict[str, list[str]] | None:
@@ -321,15 +331,7 @@ def test_a_partitioned_node_s_workers_stop_before_anything_they_held_is_served_e
 
     nodes.kubectl("delete", "node", victim.name)
     wait_for(
-        lambda: (
-            sorted(
-                p["metadata"]["name"]
-                for p in pods(nodes, namespace)
-                if p["spec"].get("nodeName") not in (None, victim.name)
-                and p["status"].get("phase") == "Running"
-            )
-            == [f"{WORKERS}-{i}" for i in range(4)]
-        ),
+        lambda: all_running_off(nodes, namespace, victim.name),
         timeout=180,
         message="the deleted node's workers were never started again elsewhere",
     )
@@ -450,15 +452,7 @@ def test_a_lost_node_is_marked_not_ready_and_its_units_are_served_again_elsewher
 
     nodes.kubectl("taint", "node", victim_node, OUT_OF_SERVICE)
     wait_for(
-        lambda: (
-            sorted(
-                p["metadata"]["name"]
-                for p in pods(nodes, namespace)
-                if p["spec"].get("nodeName") not in (None, victim_node)
-                and p["status"].get("phase") == "Running"
-            )
-            == [f"{WORKERS}-{i}" for i in range(4)]
-        ),
+        lambda: all_running_off(nodes, namespace, victim_node),
         timeout=120,
         message="the lost node's workers were never replaced on the other nodes",
     )
