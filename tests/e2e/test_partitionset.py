@@ -20,6 +20,7 @@ from unitset_support import (
     ownership_log,
     read_table,
     ready_pods,
+    serving,
     table,
     unit_set,
     workers,
@@ -29,8 +30,9 @@ SET = "PartitionSet/demo"
 
 
 @pytest.fixture
-def demo(operator, namespace, kubectl, wait_for):
-    """4 demo workers and a PartitionSet of 32 partitions over them, Balanced."""
+def demo(operator, dev_cluster, namespace, kubectl, wait_for):
+    """4 demo workers and a PartitionSet of 32 partitions over them, Balanced, each unit served
+    by its owner (Balanced is the table's state: a worker may not have acquired yet)."""
     apply(kubectl, namespace, workers("dw", 4, command=demo_worker("PartitionSet", "demo")))
     wait_for(lambda: len(ready_pods(kubectl, namespace, "app=dw")) == 4, 60, "4 demo workers")
     spec = {
@@ -43,6 +45,16 @@ def demo(operator, namespace, kubectl, wait_for):
         "wait", "-n", namespace, "--for=condition=Balanced", "pset/demo", "--timeout=60s"
     )
     assert "condition met" in waited.stdout
+    pods = [f"dw-{i}" for i in range(4)]
+
+    def served() -> bool:
+        owners = {
+            u: s.owner
+            for u, s in read_table(kubectl, namespace, "PartitionSet", "demo").units.items()
+        }
+        return serving(ownership_log(dev_cluster, namespace, pods, SET)) == owners
+
+    wait_for(served, 30, "every unit served by its owner in the table")
     return spec
 
 

@@ -318,6 +318,18 @@ def ownership_lines(text: str, pod: str, set_name: str) -> list[Ownership]:
     return found
 
 
+def serving(log: list[Ownership]) -> dict[str, str]:
+    """Unit → the pod serving it at the end of the log (its last acquire or resume, with no
+    release, stop or suspend of its own since)."""
+    holder: dict[str, str] = {}
+    for entry in log:
+        if entry.action in ("acquire", "resume"):
+            holder[entry.unit] = entry.pod
+        elif holder.get(entry.unit) == entry.pod:
+            del holder[entry.unit]
+    return holder
+
+
 def overlaps(log: list[Ownership]) -> list[str]:
     """Units that two pods served at the same time: an acquire (or a resume after the serving
     lease held again) while another pod still holds the unit (its release/stop/suspend comes
