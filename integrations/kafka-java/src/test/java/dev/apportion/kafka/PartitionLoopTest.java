@@ -144,6 +144,13 @@ class PartitionLoopTest {
     produce(P0, 0, 3);
     awaitHandled(3);
     serving.set(false); // the serving lease ran out
+    // Produce only once the loop paused the partition: MockConsumer drops records a poll returned
+    // before the loop saw the fence (a real consumer fetches them again after the seek).
+    long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+    while (!kafka.paused().contains(P0) && System.nanoTime() < deadline) {
+      Thread.sleep(10);
+    }
+    assertTrue(kafka.paused().contains(P0), "the fence paused the partition");
     produce(P0, 3, 6);
     Thread.sleep(500); // a few polls
     assertEquals(3, handled.size(), "handled while fenced: " + handled);
