@@ -7,8 +7,9 @@ epochs and from the workers' own serving logs.
   again under their tokens, and no other pod ever serves them.
 - A restart that outlasts the grace (the process comes back only after a sleep, the pod NotReady
   until it answers its readiness probe): the units move to the other pods.
-- A StatefulSet pod force-deleted and recreated under its name within the grace: its units wait
-  unowned and return to the new incarnation under new tokens; no sibling serves them.
+- A StatefulSet pod deleted (forced, or gracefully as a rolling update does: then released to
+  nobody first) and recreated under its name within the grace: its units wait unowned and
+  return to the new incarnation under new tokens; no sibling serves them.
 """
 
 from __future__ import annotations
@@ -160,18 +161,21 @@ def test_a_restart_that_outlasts_the_grace_moves_the_units(
     assert held.get(VICTIM, "") == "", "the grace is spent: nothing is held for it any more"
 
 
+@pytest.mark.parametrize("deletion", ["forced", "graceful"])
 def test_a_statefulset_pod_recreated_within_the_grace_gets_its_units_back(
-    dev_cluster, namespace, operator, wait_for
+    dev_cluster, namespace, operator, wait_for, deletion
 ) -> None:
-    """Force-deleted (its process stopped at once, no drain), the pod comes back under its name
-    as a new incarnation: its units wait unowned for it and return under new tokens, and no
-    other pod serves them meanwhile."""
+    """Deleted, the pod comes back under its name as a new incarnation: its units wait unowned
+    for it and return under new tokens, and no other pod serves them meanwhile. Force-deleted,
+    its process is stopped at once; deleted gracefully (as a rolling update does), it releases
+    them to nobody first, through the hand-off, and exits as soon as that is acknowledged."""
     kubectl = dev_cluster.kubectl
     sts = workers(SET, 3, command=demo_worker("PartitionSet", SET))
     before = place(dev_cluster, namespace, "30s", sts)
     mine = {u for u, s in before.units.items() if s.owner == VICTIM}
     deleted_at = time.time()
-    kubectl("delete", "pod", VICTIM, "-n", namespace, "--grace-period=0", "--force")
+    force = ["--grace-period=0", "--force"] if deletion == "forced" else ["--wait=false"]
+    kubectl("delete", "pod", VICTIM, "-n", namespace, *force)
 
     def returned() -> AssignmentTable | None:
         table = read_table(kubectl, namespace, "PartitionSet", SET)
@@ -193,3 +197,12 @@ def test_a_statefulset_pod_recreated_within_the_grace_gets_its_units_back(
     taken = [o for o in log if o.time > deleted_at and o.pod != VICTIM and o.unit in mine]
     assert taken == [], "a sibling served a unit held for the restart"
     assert "HeldForRestart" in reasons(events(kubectl, namespace, SET))
+    if deletion == "graceful":
+        released = {o.unit: o.time for o in log if o.pod == VICTIM and o.action == "release"}
+        acquired = {
+            o.unit: o.time
+            for o in log
+            if o.pod == VICTIM and o.action == "acquire" and o.time > deleted_at
+        }
+        assert released.keys() == mine, "the old incarnation released its units"
+        assert all(released[u] < acquired[u] for u in mine), "released before acquired again"

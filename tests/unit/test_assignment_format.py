@@ -83,10 +83,10 @@ def tables(draw: st.DrawFn) -> AssignmentTable:
         owner = draw(st.sampled_from([None, *names]))
         unit_epoch = draw(st.integers(0, epoch))
         release = None
-        others = [n for n in names if n != owner]
-        if owner is not None and others and draw(st.booleans()):
+        others: list[str | None] = [n for n in names if n != owner]
+        if owner is not None and draw(st.booleans()):
             release = Release(
-                to=draw(st.sampled_from(others)),
+                to=draw(st.sampled_from([*others, None])),  # None: to nobody
                 since=draw(st.floats(-1e12, 1e12, allow_nan=False)),
                 epoch=draw(st.integers(unit_epoch, epoch)),
             )

@@ -401,10 +401,10 @@ def published_tables(draw: st.DrawFn) -> AssignmentTable:
         owner = draw(st.sampled_from([None, *names]))
         unit_epoch = draw(st.integers(0, epoch)) if owner is None else draw(st.integers(1, epoch))
         release = None
-        others = [n for n in names if n != owner]
-        if owner is not None and others and draw(st.booleans()):
+        others: list[str | None] = [n for n in names if n != owner]
+        if owner is not None and draw(st.booleans()):
             release = Release(
-                to=draw(st.sampled_from(others)),
+                to=draw(st.sampled_from([*others, None])),  # None: to nobody (a restart hold)
                 since=draw(st.floats(0, 100)),
                 epoch=draw(st.integers(unit_epoch, epoch)),
             )
@@ -439,7 +439,7 @@ def step_inputs(draw: st.DrawFn):
     }
     target = {}
     for unit, state in published.units.items():
-        usual = [state.releasing.to] * 6 if state.releasing else []
+        usual = [state.releasing.to or state.owner] * 6 if state.releasing else []
         choice = draw(st.sampled_from([*usual, state.owner, *NAMES, None]))
         if choice is not None:
             target[unit] = choice
@@ -466,6 +466,13 @@ def test_step_properties(inputs) -> None:
     timed_out = {
         u for e in decision.events if e.reason is Reason.HANDOFF_TIMED_OUT for u in e.units
     }
+
+    def draining(name: str | None) -> bool:
+        pod = live_pods.get(name) if name is not None else None
+        ack = acks.get(name) if name is not None else None
+        announced = ack is not None and pod is not None and ack.uid == pod.uid and ack.draining
+        return pod is not None and (pod.draining or announced)
+
     for unit, old in published.units.items():
         new = table.units[unit]
         assert new.epoch >= old.epoch
@@ -489,7 +496,10 @@ def test_step_properties(inputs) -> None:
             assert (unit in completed and acked) or (
                 unit in timed_out and now - old.releasing.since >= TIMEOUT
             )
-        if new.releasing is not None:
+        if new.releasing is not None and new.releasing.to is None:
+            # to nobody: only for an owner that leaves, aimed at itself (held for its return)
+            assert target.get(unit) == new.owner and draining(new.owner)
+        elif new.releasing is not None:
             assert new.releasing.to == target.get(unit) and new.owner != new.releasing.to
     waiting = [u for u in table.unit_names if table.units[u].releasing is not None]
     assert list(decision.waiting) == waiting

@@ -168,6 +168,8 @@ class HandoffModel(RuleBasedStateMachine):
                 event("units held for a pod gone")
             elif published.member_uids.get(name) != pod.uid:
                 event("units held for a new incarnation")
+            elif pod.terminating:
+                event("units held for a pod leaving (released to nobody)")
             else:
                 event("units held for a NotReady pod")
         target = {**self.target, **held_target(holds, pods)}

@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from apportion.api import PartitionSet
-from apportion.api.assignment import AssignmentTable, ResourceRef
+from apportion.api.assignment import Ack, AssignmentTable, ResourceRef
 from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import Reason
 from apportion.engine.restarts import (
@@ -193,13 +193,67 @@ def test_a_pod_that_will_not_come_back_is_not_waited_for(extra, replicas, why) -
     assert all(state.owner is not None for state in result.new_table.units.values())
 
 
-def test_a_terminating_pod_is_drained_not_held() -> None:
+@pytest.mark.parametrize(
+    ("why", "pod", "replicas"),
+    [
+        ("scaled in: w-3 does not come back", WorkerPod("w-3", "uid-w-3", terminating=True), 3),
+        ("kubectl apportion drain", WorkerPod("w-3", "uid-w-3", drained=True), 4),
+    ],
+)
+def test_a_pod_leaving_for_good_is_drained_not_held(why: str, pod: WorkerPod, replicas: int):
+    s = spec()
+    table = balanced(s)
+    result = run(s, table, with_pod(workers(), pod), T0 + 1, desired_members=replicas)
+    assert not result.restart_holds, why
+    releases = result.new_table.releasing()
+    assert set(releases) == units_of(table, "w-3")
+    assert {r.to for r in releases.values()} <= {"w-0", "w-1", "w-2"}
+
+
+def test_a_terminating_statefulset_pod_releases_to_nobody_and_its_next_incarnation_gets_all():
+    """A rolling update's deletion (terminating, ordinal below replicas): the units are released
+    by the old incarnation as in any hand-off, then wait unowned (no sibling gets them) and go
+    to the new incarnation of the name under newer epochs."""
+    s = spec()
+    table = balanced(s)
+    mine = units_of(table, "w-3")
+    leaving = WorkerPod("w-3", "uid-w-3", terminating=True)
+    first = run(s, table, with_pod(workers(), leaving), T0 + 1)
+    assert set(first.restart_holds) == {"w-3"}
+    released = first.new_table
+    assert {u: r.to for u, r in released.releasing().items()} == dict.fromkeys(mine)
+    assert {e.reason for e in first.decision.events} == {Reason.HELD_FOR_RESTART}
+
+    ack = Ack(uid="uid-w-3", epoch=released.epoch, draining=True).to_annotation()
+    acked = replace(leaving, acks={released.set_ref.ack_annotation: ack})
+    second = run(s, released, with_pod(workers(), acked), T0 + 2, restart_holds=first.restart_holds)
+    parked = second.new_table
+    assert {u for u, st_ in parked.units.items() if st_.owner is None} == mine
+    assert not parked.releasing()
+    assert {e.reason for e in second.decision.events} == {Reason.HANDOFF_COMPLETED}
+
+    gone = run(s, parked, with_pod(workers(), None), T0 + 3, restart_holds=second.restart_holds)
+    assert gone.new_table is None or all(gone.new_table.units[u].owner is None for u in mine), (
+        "nobody else takes them while w-3 is away"
+    )
+    back = with_pod(workers(), WorkerPod("w-3", "uid-w-3-new", ready=False))
+    third = run(s, parked, back, T0 + 4, restart_holds=second.restart_holds)
+    assert units_of(third.new_table, "w-3") == mine
+    assert all(third.new_table.units[u].epoch > table.units[u].epoch for u in mine)
+    assert third.new_table.member_uids["w-3"] == "uid-w-3-new"
+
+
+def test_a_parked_release_that_outlasts_the_grace_goes_to_the_siblings() -> None:
     s = spec()
     table = balanced(s)
     leaving = with_pod(workers(), WorkerPod("w-3", "uid-w-3", terminating=True))
-    result = run(s, table, leaving, T0 + 1)
-    assert not result.restart_holds
-    assert set(result.new_table.releasing()) == units_of(table, "w-3")
+    first = run(s, table, leaving, T0 + 1)
+    # handoffTimeout (5 s) is over too: the never acknowledged release is forced to a sibling.
+    late = run(s, first.new_table, leaving, T0 + 1 + GRACE, restart_holds=first.restart_holds)
+    after = late.new_table.units
+    going = {u: after[u].releasing.to if after[u].releasing else after[u].owner for u in after}
+    assert {going[u] for u in units_of(table, "w-3")} <= {"w-0", "w-1", "w-2"}
+    assert late.restart_holds["w-3"].spent
 
 
 @pytest.mark.parametrize(

@@ -297,10 +297,11 @@ class RebalancePolicy(ApiModel):
         parse_duration("0s"),
         description="How long the units of a member that restarts in place wait for it instead "
         "of moving to a sibling and back: a container restart (the pod NotReady, same uid) or, "
-        "with a StatefulSet workloadRef, a pod recreated under the same name (ordinals below "
-        "replicas). Held units stay with the restarting pod, or unowned once its old "
-        "incarnation is gone, and return to it under a new token; after restartGrace they are "
-        "placed as usual. 0s (the default) waits for nobody. At most 10m.",
+        "with a StatefulSet workloadRef, a pod deleted and recreated under the same name, as a "
+        "rolling update does (ordinals below replicas). Held units stay with the restarting "
+        "pod, or are released by a deleted one to nobody and wait unowned, and return to it "
+        "under a new token; after restartGrace they are placed as usual. 0s (the default) "
+        "waits for nobody. At most 10m.",
         json_schema_extra=max_duration("rebalance.restartGrace", "10m"),
     )
     when_cut_off: WhenCutOff = Field(

@@ -59,27 +59,37 @@ class HandoffEvent:
         shown = ", ".join(self.units[:sample]) + (", …" if len(self.units) > sample else "")
         what = f"{len(self.units)} unit(s) ({shown})"
         src, dst = self.source, self.target
+        nobody = "they wait unowned for its next incarnation (rebalance.restartGrace)"
         match self.reason:
             case Reason.ASSIGNED:
                 return f"assigned {what} to {dst}"
             case Reason.HANDOFF_STARTED:
-                return f"{src} is releasing {what} for {dst}"
+                return f"{src} is releasing {what} for {dst or 'nobody'}"
+            case Reason.HANDOFF_RETARGETED if dst is None:
+                return f"hand-off of {what} from {src} now goes to nobody: {nobody}"
             case Reason.HANDOFF_RETARGETED:
                 return f"hand-off of {what} from {src} now goes to {dst}"
             case Reason.HANDOFF_CANCELLED:
-                return f"hand-off of {what} to {dst} cancelled; {src} keeps them"
+                return f"hand-off of {what} to {dst or 'nobody'} cancelled; {src} keeps them"
             case Reason.HANDOFF_COMPLETED:
-                return f"{src} acknowledged the release of {what}; {dst} owns them"
+                owns = f"{dst} owns them" if dst else nobody
+                return f"{src} acknowledged the release of {what}; {owns}"
             case Reason.HANDOFF_TIMED_OUT:
+                anyway = f"reassigned to {dst} anyway" if dst else f"{nobody} anyway"
                 return (
                     f"{src} did not acknowledge the release of {what} within "
-                    f"handoffTimeout; reassigned to {dst} anyway"
+                    f"handoffTimeout; {anyway}"
                 )
             case Reason.RESHARDED:
                 # source and target hold the old and new unit counts, not pods
                 return (
                     f"resharded {src} unit(s) into {what}; each stays on the pod of its "
                     "parent(s) until the rebalance spreads them"
+                )
+            case Reason.HELD_FOR_RESTART if dst is not None:
+                return (
+                    f"{src} is leaving and its name comes back: it releases {what} to nobody; "
+                    f"{nobody}"
                 )
             case Reason.HELD_FOR_RESTART:
                 return (
@@ -129,8 +139,11 @@ def step(
     """Advance every unit of `published` one move towards `target`; at most one write.
 
     `target`: unit → desired member; a unit missing from it (or aimed at a pod that is gone or
-    draining) has no destination and stays where it is. `acks`: pod name → the ack parsed from
-    that pod's annotation. `live_members`: every pod of the set present in the API.
+    draining) has no destination and stays where it is, except one aimed at its own owner while
+    that owner is draining: a restart hold on a pod that leaves and whose name comes back
+    (`apportion.engine.restarts`), released to nobody, then left unowned. `acks`: pod name →
+    the ack parsed from that pod's annotation. `live_members`: every pod of the set present in
+    the API.
     `releases_known`: releasing unit → when this operator knew its release was published (the
     write returned, or it read the table back, e.g. on taking over); a release times out only
     `handoff_timeout` after that and after its `since` (docs/handoff.md, the serving lease's
@@ -167,7 +180,8 @@ def step(
         owner = state.owner
         owner_pod = live_members.get(owner) if owner is not None else None
         alive = owner is not None and owner_pod is not None and owner_pod.uid == known_uid[owner]
-        if alive and state.releasing is None and (wanted is None or wanted == owner):
+        park = alive and wanted == owner and owner in draining
+        if alive and state.releasing is None and (wanted is None or wanted == owner) and not park:
             continue  # the common case, kept cheap for 100k-unit tables: nothing to do
         destination = wanted if wanted in live_members and wanted not in draining else None
         owner_ack = vouched.get(owner) if alive and owner is not None else None
@@ -175,6 +189,7 @@ def step(
             state,
             unit,
             destination,
+            park,
             alive,
             owner_ack,
             published.epoch,
@@ -236,6 +251,7 @@ def _advance(
     state: UnitState,
     unit: str,
     destination: str | None,
+    park: bool,
     owner_alive: bool,
     owner_ack: Ack | None,
     published_epoch: int,
@@ -245,8 +261,12 @@ def _advance(
     epoch: int,
 ) -> tuple[UnitState, Reason, str | None, str | None] | None:
     """The next state of one unit, with why; None when it stays as it is. `timed_from`: when
-    the unit's release (if any) started counting towards `timeout`."""
+    the unit's release (if any) started counting towards `timeout`. `park`: the owner leaves
+    and its name comes back, so the unit goes to nobody (`step`)."""
     owner, release = state.owner, state.releasing
+    if park and owner_alive:
+        timed_out = now - timed_from >= timeout
+        return _park(state, owner_ack, unit, published_epoch, now, timed_out, epoch)
     if owner is None:
         if destination is None:
             return None
@@ -270,6 +290,33 @@ def _advance(
         # where the unit goes next.
         moved = UnitState(owner, state.epoch, Release(destination, release.since, release.epoch))
         return moved, Reason.HANDOFF_RETARGETED, owner, destination
+    return None
+
+
+def _park(
+    state: UnitState,
+    owner_ack: Ack | None,
+    unit: str,
+    published_epoch: int,
+    now: float,
+    timed_out: bool,
+    epoch: int,
+) -> tuple[UnitState, Reason, str | None, str | None] | None:
+    """A leaving owner's unit held for its next incarnation: released to nobody, then unowned.
+    The release is the fence, as for any hand-off; the next incarnation acquires the unit under
+    a newer epoch, like any newcomer."""
+    owner, release = state.owner, state.releasing
+    if release is None:
+        parked = UnitState(owner, state.epoch, Release(None, now, epoch))
+        return parked, Reason.HELD_FOR_RESTART, owner, owner
+    if _released(owner_ack, unit, release, published_epoch):
+        return UnitState(None, epoch), Reason.HANDOFF_COMPLETED, owner, None
+    if timed_out:
+        return UnitState(None, epoch), Reason.HANDOFF_TIMED_OUT, owner, None
+    if release.to is not None:
+        # Keep since and epoch, as any retarget: the owner's release does not depend on it.
+        parked = UnitState(owner, state.epoch, Release(None, release.since, release.epoch))
+        return parked, Reason.HANDOFF_RETARGETED, owner, None
     return None
 
 

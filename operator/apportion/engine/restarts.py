@@ -1,12 +1,13 @@
 """Restarts in place (`rebalance.restartGrace`, docs/handoff.md "Restarts in place").
 
-A member whose container restarts (NotReady, same pod uid) or whose StatefulSet pod is recreated
-under the same name keeps its units for a while instead of seeing them handed to a sibling and
-back: a *hold*. Held units are left out of the strategy's plan and aimed at their member alone,
-so they stay with the restarting incarnation, or, once the old incarnation is gone (the hand-off
-step leaves them unowned, as for any gone owner), wait unowned and go to the new incarnation
-under a new token, exactly as to a newcomer. A hold ends when the member is Ready with its
-units, or `grace` after it began on the operator's clock, when placement is normal again.
+A member whose container restarts (NotReady, same pod uid) or whose StatefulSet pod is deleted
+and recreated under the same name keeps its units for a while instead of seeing them handed to
+a sibling and back: a *hold*. Held units are left out of the strategy's plan and aimed at their
+member alone, so they stay with the restarting incarnation, or, when the old incarnation leaves
+(the hand-off step has it release them to nobody) or is gone (left unowned, as for any gone
+owner), wait unowned and go to the new incarnation under a new token, exactly as to a
+newcomer. A hold ends when the member is Ready with its units, or `grace` after it began on the
+operator's clock, when placement is normal again.
 
 Pure: the clock and the pods come in as arguments.
 """
@@ -74,13 +75,14 @@ def track_holds(
     for name in sorted(holds.keys() | owned.keys()):
         hold = holds.get(name)
         pod = live.get(name)
-        if pod is not None and pod.draining:
-            continue  # on its way out (or drained): its units are handed off, not kept
+        if pod is not None and pod.drained:
+            continue  # drained or no longer selected: its units are handed off, not kept
         same = pod is not None and uids.get(name) == pod.uid
-        if pod is not None and same and pod.ready:
+        leaving = pod is not None and pod.terminating
+        if pod is not None and same and pod.ready and not leaving:
             continue  # back, and owns what it had (or it never left)
-        if not same and not returns(name):
-            continue  # gone for good: its units are placed again at once
+        if (leaving or not same) and not returns(name):
+            continue  # leaves for good: its units are handed off or placed again at once
         if hold is not None and now >= hold.until(grace):
             # Spent: placement is normal again, and no new hold starts for this absence (it
             # would keep the units forever), until the member is back or gone for good.
@@ -109,9 +111,9 @@ def spend_expired(
 def held_target(
     holds: Mapping[str, RestartHold], pods: Sequence[WorkerPod]
 ) -> dict[str, str | None]:
-    """unit → where a held unit goes: its member while a pod of that name is up and not leaving,
-    else nowhere (it stays with its owner, or unowned once the owner is gone)."""
-    up = {pod.name for pod in pods if not pod.draining}
+    """unit → where a held unit goes: its member while a pod of that name is there (one that is
+    terminating releases it to nobody, `handoff.step`), else nowhere (it stays unowned)."""
+    up = {pod.name for pod in pods if not pod.drained}
     return {
         unit: (name if name in up else None) for name, hold in holds.items() for unit in hold.units
     }

@@ -260,7 +260,12 @@ def intended_owners(
     moving: set[str] = set()
     for unit, state in published.units.items():
         release = state.releasing
-        if release is not None and alive(release.to) and alive(state.owner):
+        if (
+            release is not None
+            and release.to is not None
+            and alive(release.to)
+            and alive(state.owner)
+        ):
             owners[unit] = release.to
             moving.add(unit)
         elif alive(state.owner):

@@ -187,6 +187,13 @@ def _indexed_layout(
     return owners, [_count(e, "unitEpochs[]") for e in epochs]
 
 
+def _release_target(entry: dict[str, Any], path: str) -> str | None:
+    """A member's name, or null: to nobody (absent is an error, not a default)."""
+    if "to" not in entry:
+        raise AssignmentFormatError(f"{path}: expected a member's name or null")
+    return None if entry["to"] is None else _string(entry["to"], path)
+
+
 def _releases(doc: dict[str, Any], owners: Mapping[str, str | None]) -> dict[str, Release]:
     releases = {}
     for unit, entry in doc.items():
@@ -198,7 +205,7 @@ def _releases(doc: dict[str, Any], owners: Mapping[str, str | None]) -> dict[str
         if isinstance(since, bool) or not isinstance(since, int | float):
             raise AssignmentFormatError(f"{path}.since: expected a number")
         releases[unit] = Release(
-            to=_string(entry.get("to"), f"{path}.to"),
+            to=_release_target(entry, f"{path}.to"),
             since=float(since),
             epoch=_count(entry.get("epoch"), f"{path}.epoch"),
         )

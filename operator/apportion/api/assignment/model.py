@@ -74,9 +74,11 @@ class Incarnation:
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """A hand-off in progress: the owner must stop serving the unit and acknowledge."""
+    """A hand-off in progress: the owner must stop serving the unit and acknowledge. `to`
+    None: to nobody — the unit then waits unowned for the owner's next incarnation (a
+    StatefulSet pod leaving under `rebalance.restartGrace`, docs/handoff.md)."""
 
-    to: str
+    to: str | None
     since: float  # operator clock (Unix seconds) when the release was first published
     epoch: int  # table epoch that first published this release; older acks do not count
 
@@ -283,9 +285,13 @@ class AssignmentTable:
         release = state.releasing
         if release is None:
             return
-        if state.owner is None or release.to == state.owner or release.to not in members:
+        if state.owner is None or release.to == state.owner:
             raise AssignmentFormatError(
-                f"unit {unit!r}: a release needs an owner and another member as target"
+                f"unit {unit!r}: a release needs an owner and another member or null as target"
+            )
+        if release.to is not None and release.to not in members:
+            raise AssignmentFormatError(
+                f"unit {unit!r}: release target {release.to!r} is not a member"
             )
         if not state.epoch <= release.epoch <= self.epoch or not math.isfinite(release.since):
             raise AssignmentFormatError(f"unit {unit!r}: release epoch or time out of range")

@@ -233,11 +233,21 @@ public final class AssignmentCodec {
       releases.put(
           unit,
           new Release(
-              Json.string(entry.get("to"), path + ".to"),
+              releaseTarget(entry, path + ".to"),
               since.asDouble(),
               Json.count(entry.get("epoch"), path + ".epoch")));
     }
     return releases;
+  }
+
+  /** A member's name, or null: to nobody (absent is an error, not a default). */
+  private static String releaseTarget(JsonNode entry, String path)
+      throws AssignmentFormatException {
+    JsonNode to = entry.get("to");
+    if (to == null) {
+      throw new AssignmentFormatException(path + ": expected a member's name or null");
+    }
+    return to.isNull() ? null : Json.string(to, path);
   }
 
   private static Lineage lineage(JsonNode entry, int count) throws AssignmentFormatException {

@@ -81,10 +81,10 @@ public record AssignmentTable(
         continue;
       }
       if (state.owner() == null
-          || release.to().equals(state.owner())
-          || !uids.containsKey(release.to())) {
+          || state.owner().equals(release.to())
+          || (release.to() != null && !uids.containsKey(release.to()))) {
         throw new AssignmentFormatException(
-            "unit " + unit + ": a release needs an owner and another member as target");
+            "unit " + unit + ": a release needs an owner and another member or null as target");
       }
       if (release.epoch() < state.epoch()
           || release.epoch() > epoch

@@ -165,13 +165,15 @@ public final class ApportionSharding<M> implements AutoCloseable {
     return found;
   }
 
-  /** Where each shard should be: the release target while releasing, else the owner; shards
-   * whose pod is not (yet) a member are left to Pekko. */
+  /** Where each shard should be: the release target while releasing, else the owner (also
+   * during a release to nobody, which ends unowned); shards whose pod is not (yet) a member are
+   * left to Pekko. */
   static Map<String, String> desiredPods(AssignmentTable table) {
     Map<String, String> pods = new HashMap<>();
     for (Map.Entry<String, UnitState> e : table.units().entrySet()) {
       UnitState s = e.getValue();
-      pods.put(e.getKey(), s.releasing() != null ? s.releasing().to() : s.owner());
+      boolean moving = s.releasing() != null && s.releasing().to() != null;
+      pods.put(e.getKey(), moving ? s.releasing().to() : s.owner());
     }
     return pods;
   }
