@@ -45,8 +45,12 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
-from apportion.api.assignment import AssignmentTable, ConfigMapPayload, decode_assignment
-from apportion.api.unitset import assignment_config_map
+from apportion.api.assignment import (
+    AssignmentTable,
+    ConfigMapPayload,
+    assignment_config_map,
+    decode_assignment,
+)
 from apportion_dev.devcluster import DevCluster
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))

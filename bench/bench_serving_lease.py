@@ -34,9 +34,9 @@ from apportion.api.assignment import (
     Incarnation,
     ResourceRef,
     UnitState,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.worker._lease import RENEWALS_PER_LEASE, boot_clock
 from apportion.worker._watch import AssignmentWatch
 from apportion.worker._worker import Worker

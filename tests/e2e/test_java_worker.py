@@ -26,9 +26,9 @@ from apportion.api.assignment import (
     Release,
     ResourceRef,
     UnitState,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
 
 ROOT = assignment_config_map("ShardSet", "carts")

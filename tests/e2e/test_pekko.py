@@ -36,7 +36,7 @@ from unitset_support import (
     workers,
 )
 
-from apportion.api.unitset import assignment_config_map
+from apportion.api.assignment import assignment_config_map
 from apportion.engine.locate import locate
 
 REPO = Path(__file__).resolve().parents[2]

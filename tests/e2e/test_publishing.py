@@ -17,9 +17,9 @@ from apportion.api.assignment import (
     Incarnation,
     ResourceRef,
     UnitState,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.publishing import configmaps
 from apportion.publishing.configmaps import AssignmentStore, PublishConflict
 

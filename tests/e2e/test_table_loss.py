@@ -24,8 +24,7 @@ from unitset_support import (
     workers,
 )
 
-from apportion.api.assignment import AssignmentFormatError
-from apportion.api.unitset import assignment_config_map
+from apportion.api.assignment import AssignmentFormatError, assignment_config_map
 
 CM = assignment_config_map("ShardSet", "carts")
 PODS = [f"cw-{i}" for i in range(5)]

@@ -25,9 +25,9 @@ from apportion.api.assignment import (
     ResourceRef,
     UnitState,
     ack_annotation_key,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.api.worker_metrics import WorkerMetrics
 
 KIND, SET = "PartitionSet", "demo"

@@ -16,9 +16,9 @@ from apportion.api.assignment import (
     Incarnation,
     ResourceRef,
     UnitState,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.worker._watch import AssignmentWatch
 
 BASE = assignment_config_map("ShardSet", "carts")

@@ -24,10 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from apportion.api.assignment import (
     AssignmentTable,
     ConfigMapPayload,
+    assignment_config_map,
     chunk_suffixes,
     decode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion_dev.devcluster.net import free_port, http_get
 from apportion_dev.devcluster.podsim.relay import CUT_ANNOTATION, CUT_CONDITION
 

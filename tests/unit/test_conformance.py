@@ -20,10 +20,10 @@ from apportion.api.assignment import (
     Incarnation,
     IncompleteAssignment,
     ack_annotation_key,
+    assignment_config_map,
     decode_assignment,
     from_document,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.engine.keys import PURE_SCHEMES, SCHEMES
 from apportion.worker._worker_state import WorkerState
 

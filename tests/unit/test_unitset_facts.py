@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 
 from apportion.api import PartitionSet, ShardSet
-from apportion.api.assignment import ResourceRef
+from apportion.api.assignment import ResourceRef, assignment_config_map
 from apportion.api.common import LabelSelector
 from apportion.api.pods import WorkerPod
-from apportion.api.unitset import assignment_config_map
 from apportion.controllers.pods import pods_of, select
 from apportion.controllers.workloads import WorkloadFact, rollout_of
 from apportion.engine.allocation import (

@@ -19,9 +19,9 @@ from apportion.api.assignment import (
     Release,
     ResourceRef,
     UnitState,
+    assignment_config_map,
     encode_assignment,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.api.worker_metrics import RELEASE_FAILURES, WorkerMetrics
 from apportion.worker import _worker as worker_module
 from apportion.worker._worker import Worker

@@ -458,8 +458,8 @@ def _until(condition: Any, timeout: float, message: str) -> None:
 
 
 def _instructions(target: Target, namespace: str) -> str:
+    from apportion.api.assignment import assignment_config_map
     from apportion.api.placement_table import configmap_name
-    from apportion.api.unitset import assignment_config_map
 
     ns = "" if namespace == "default" else f" -n {namespace}"
     table = assignment_config_map("PartitionSet", "demo")

@@ -34,8 +34,7 @@ from lightkube import AsyncClient
 from lightkube.resources.core_v1 import Pod
 
 from apportion import listwatch
-from apportion.api.assignment import AssignmentTable
-from apportion.api.unitset import assignment_config_map
+from apportion.api.assignment import AssignmentTable, assignment_config_map
 from apportion.engine.keys import KeyScheme, get_scheme
 from apportion.worker._watch import AssignmentWatch
 

@@ -6,7 +6,6 @@ Each kind adds its unit count (`partitions` or `shards`) and its default key sch
 
 from __future__ import annotations
 
-import hashlib
 import re
 from datetime import datetime
 from enum import StrEnum
@@ -437,21 +436,6 @@ class UnitSetSpec(ApiModel):
     def units(self) -> int:
         """How many units the set has (partitions or shards)."""
         raise NotImplementedError
-
-
-def assignment_config_map(kind: str, name: str) -> str:
-    """Name of the ConfigMap holding the assignment of the `kind` (PartitionSet, ShardSet) named
-    `name`: `<name>-<kind>-assignment`, lower case. Names that would leave no room for chunk
-    suffixes (`-<epoch>-<i>`) are cut and end in a digest, so two sets never share one."""
-    full = f"{name}-{kind.lower()}-assignment"
-    if len(full) <= _CONFIG_MAP_NAME_MAX:
-        return full
-    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
-    return f"{full[: _CONFIG_MAP_NAME_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
-
-
-# ConfigMap names are DNS subdomains (253); chunk ConfigMaps append "-<epoch>-<i>".
-_CONFIG_MAP_NAME_MAX = 253 - 32
 
 
 class MetricsSource(StrEnum):

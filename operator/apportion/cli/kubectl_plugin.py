@@ -34,11 +34,10 @@ from lightkube.types import PatchType
 
 from apportion import API_VERSION
 from apportion.api import PartitionSet, ShardSet
-from apportion.api.assignment import AssignmentTable, ResourceRef
+from apportion.api.assignment import AssignmentTable, ResourceRef, assignment_config_map
 from apportion.api.common import LabelSelector
 from apportion.api.pods import DRAIN_ANNOTATION, WorkerPod
 from apportion.api.resource import Resource
-from apportion.api.unitset import assignment_config_map
 from apportion.cli.explain import add_grain_arguments, explain_grain_command
 from apportion.publishing.configmaps import AssignmentStore
 from apportion.publishing.status import SET_RESOURCES

@@ -18,9 +18,9 @@ from apportion.api.assignment import (
     AssignmentTable,
     Incarnation,
     ack_annotation_key,
+    assignment_config_map,
     unit_order,
 )
-from apportion.api.unitset import assignment_config_map
 from apportion.api.worker_metrics import CONTENT_TYPE, WorkerMetrics
 from apportion.engine.handoff import releasing_units
 from apportion.worker._lease import ServingLease

@@ -23,6 +23,7 @@ from apportion.api.assignment.model import (
     Suspensions,
     UnitState,
     ack_annotation_key,
+    assignment_config_map,
     unit_order,
 )
 from apportion.api.assignment.storage import (
@@ -58,6 +59,7 @@ __all__ = [
     "Suspensions",
     "UnitState",
     "ack_annotation_key",
+    "assignment_config_map",
     "chunk_suffixes",
     "decode_assignment",
     "encode_assignment",

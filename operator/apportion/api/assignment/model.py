@@ -38,6 +38,21 @@ def ack_annotation_key(set_kind: str, set_name: str) -> str:
     return _ANNOTATION_PREFIX + local
 
 
+# ConfigMap names are DNS subdomains (253); chunk ConfigMaps append "-<epoch>-<i>".
+_CONFIG_MAP_NAME_MAX = 253 - 32
+
+
+def assignment_config_map(kind: str, name: str) -> str:
+    """Name of the ConfigMap holding the assignment of the `kind` (PartitionSet, ShardSet) named
+    `name`: `<name>-<kind>-assignment`, lower case. Names that would leave no room for chunk
+    suffixes (`-<epoch>-<i>`) are cut and end in a digest, so two sets never share one."""
+    full = f"{name}-{kind.lower()}-assignment"
+    if len(full) <= _CONFIG_MAP_NAME_MAX:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    return f"{full[: _CONFIG_MAP_NAME_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
+
+
 def _unit_sort_key(unit: str) -> tuple[int, int, str]:
     # Partition and shard ids are decimal numbers; order them as numbers, anything else after.
     if unit.isdecimal() and unit.isascii() and (unit == "0" or unit[0] != "0"):

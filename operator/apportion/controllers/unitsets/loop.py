@@ -19,14 +19,14 @@ from typing import Any, cast
 
 from pydantic import ValidationError
 
-from apportion.api.assignment import AssignmentTable, ResourceRef
+from apportion.api.assignment import AssignmentTable, ResourceRef, assignment_config_map
 from apportion.api.conditions import (
     condition_time,
     dump_conditions,
 )
 from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
-from apportion.api.unitset import MetricsSource, UnitSetSpec, assignment_config_map
+from apportion.api.unitset import MetricsSource, UnitSetSpec
 from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.pods import pods_of, select
