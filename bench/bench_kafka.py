@@ -22,7 +22,9 @@ Ready). A step ends 3 s after the side settled. Per step:
 Sides (`--side`, repeatable; `kafka` = every group side):
 - apportion: `python -m apportion.kafka` on a PartitionSet (rebalance interval 1 s), the
   operator as a process; apportion-java: the Java consumer (integrations/kafka-java's
-  PrintingConsumer) on the same;
+  PrintingConsumer) on the same; apportion-held, apportion-java-held: the same with
+  `rebalance.restartGrace: 30s` (docs/handoff.md "Restarts in place": a rolling update's pod
+  releases its partitions to nobody and gets them back as its next incarnation);
 - bench/kafka_group_consumer.py in each of its protocols, one group per run: eager-roundrobin,
   eager-sticky (aiokafka, classic eager), cooperative-sticky (confluent-kafka), kip848 (the
   `consumer` protocol of Kafka 4, its heartbeat interval set to 1 s on the broker), static
@@ -81,7 +83,10 @@ GROUP_PROTOCOLS = ("eager-roundrobin", "eager-sticky", "cooperative-sticky", "ki
 # bench/KafkaGroupConsumer.java: the plain Java KafkaConsumer, beside apportion-java.
 JAVA_PROTOCOLS = ("cooperative-sticky", "kip848", "static")
 GROUP_SIDES = (*GROUP_PROTOCOLS, *(f"{p}-java" for p in JAVA_PROTOCOLS))
-SIDES = ("apportion", "apportion-java", *GROUP_SIDES)
+# -held: the same consumers with rebalance.restartGrace, so a restarting pod keeps its partitions.
+APPORTION_SIDES = ("apportion", "apportion-held", "apportion-java", "apportion-java-held")
+SIDES = (*APPORTION_SIDES, *GROUP_SIDES)
+RESTART_GRACE = "30s"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,6 +209,7 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 def consumer_command(side: str, java_classpath: Callable[[], str]) -> list[str]:
     """How a pod of `side` starts, up to the flags every side shares (--topic, --bootstrap,
     --group, --work-time, --port)."""
+    side = side.removesuffix("-held")
     if side == "apportion":
         return [sys.executable, "-m", "apportion.kafka", "--set", "orders"]
     if side == "apportion-java":
@@ -315,10 +321,13 @@ def run_side(
         def begin() -> None:
             apply(kubectl, namespace, consumers)
             if apportion:
+                rebalance = {"interval": "1s", "handoffTimeout": "60s"}
+                if side.endswith("-held"):
+                    rebalance["restartGrace"] = RESTART_GRACE
                 spec = {
                     "partitions": PARTITIONS,
                     "workloadRef": {"kind": "StatefulSet", "name": "kc"},
-                    "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+                    "rebalance": rebalance,
                 }
                 apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
 
