@@ -26,7 +26,8 @@ after its distribution was final. Per step, from the step's command:
 - started / ready / table / round: the breakdown of `final`: the step's last process started
   (pod simulator's log: the StatefulSet controller, a terminating pod's drain), its pods all
   Ready (JVM start, cluster join), the ShardSet's table settled on them (the operator), the first
-  rebalance round (Pekko's rebalance-interval).
+  rebalance round (Pekko's rebalance-interval); final - ready: what is left once the pods are
+  Ready (Pekko's own strategy starts moving shards to a new region before its pod is Ready).
 Each step's messages, moves and rounds are those from its command to the next step's.
 
 Sides (`--side`, repeatable):
@@ -397,8 +398,8 @@ def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
     """A Markdown table: a row per step and side, median (range) over the runs."""
     rows = [
         "| step | side | runs | final (s) | moved | rounds | retried / lost | wait (s) "
-        "| started / ready / table / round (s) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| started / ready / table / round (s) | final - ready (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name in STEPS:
         for side, runs in results.items():
@@ -416,7 +417,7 @@ def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
                 f"| {name} | {side} | {len(of)} | {cell('final')} | {cell('moved', 0)} | "
                 f"{cell('rounds', 0)} | {cell('retried', 0)} / {cell('lost', 0)} | "
                 f"{cell('wait')} | {cell('started')} / {cell('ready')} / {cell('table')} / "
-                f"{cell('round')} |"
+                f"{cell('round')} | {spread([f.final - f.ready for f in of], digits=1)} |"
             )
     return rows
 
