@@ -220,6 +220,13 @@ public final class ApportionSharding<M> implements AutoCloseable {
 
   /** Shards hosted by this node's region now (GetShardRegionState). */
   public Set<String> localShards() throws Exception {
+    return localShards(system, typeKey);
+  }
+
+  /** Shards of {@code typeKey} hosted by this node's region now (GetShardRegionState), whoever
+   * places them: the sample shows the same for Pekko's own strategy. */
+  public static Set<String> localShards(ActorSystem<?> system, EntityTypeKey<?> typeKey)
+      throws Exception {
     CompletionStage<ShardRegion.CurrentShardRegionState> state =
         AskPattern.ask(
             ClusterSharding.get(system).shardState(),
@@ -235,6 +242,13 @@ public final class ApportionSharding<M> implements AutoCloseable {
   /** Pekko's view of the whole type (GetClusterShardingStats): pod → shards it hosts. Regions
    * whose member has no pod role are keyed by address. */
   public Map<String, Set<String>> clusterView() throws Exception {
+    return clusterView(system, typeKey);
+  }
+
+  /** Pekko's view of {@code typeKey} (GetClusterShardingStats) keyed by the members' {@code
+   * pod:} roles, whoever places the shards: the sample shows the same for Pekko's own strategy. */
+  public static Map<String, Set<String>> clusterView(
+      ActorSystem<?> system, EntityTypeKey<?> typeKey) throws Exception {
     CompletionStage<ShardRegion.ClusterShardingStats> stats =
         AskPattern.ask(
             ClusterSharding.get(system).shardState(),
@@ -243,7 +257,8 @@ public final class ApportionSharding<M> implements AutoCloseable {
             ASK.plusSeconds(1),
             system.scheduler());
     Map<Address, String> pods = new HashMap<>();
-    podAddresses().forEach((pod, address) -> pods.put(address, pod));
+    podAddresses(Cluster.get(system).state().getMembers())
+        .forEach((pod, address) -> pods.put(address, pod));
     Map<String, Set<String>> view = new HashMap<>();
     stats.toCompletableFuture().get().getRegions().forEach((address, region) ->
         view.put(pods.getOrDefault(address, address.toString()), new HashSet<>(region.getStats().keySet())));

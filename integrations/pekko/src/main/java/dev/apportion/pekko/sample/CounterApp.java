@@ -22,6 +22,8 @@ import java.util.concurrent.Executors;
 import org.apache.pekko.actor.typed.ActorSystem;
 import org.apache.pekko.actor.typed.javadsl.Behaviors;
 import org.apache.pekko.cluster.MemberStatus;
+import org.apache.pekko.cluster.sharding.typed.ShardingEnvelope;
+import org.apache.pekko.cluster.sharding.typed.ShardingMessageExtractor;
 import org.apache.pekko.cluster.sharding.typed.javadsl.ClusterSharding;
 import org.apache.pekko.cluster.sharding.typed.javadsl.Entity;
 import org.apache.pekko.cluster.typed.Cluster;
@@ -36,7 +38,8 @@ import org.apache.pekko.cluster.typed.Cluster;
  * {@code /ready} (200 once this node is Up: the readiness probe, so apportion places shards only
  * on members), {@code /send?entity=E&seq=N} (a Count message, answered with the Counted reply
  * as JSON), {@code /view} (GetClusterShardingStats: pod → shards) and {@code /local}
- * (GetShardRegionState of this node).
+ * (GetShardRegionState of this node). With {@code COUNTER_ALLOCATION=pekko} Pekko places the
+ * shards with its own strategy instead (the ShardSet is not read): a baseline for benchmarks.
  */
 public final class CounterApp {
   private static final int PEKKO_PORT = 2551;
@@ -59,37 +62,52 @@ public final class CounterApp {
     int shards = Integer.parseInt(args[1]);
     String pod = System.getenv("POD_NAME");
     String ip = System.getenv("POD_IP");
+    // COUNTER_ALLOCATION=pekko: Pekko's own LeastShardAllocationStrategy and shutdown, no
+    // ShardSet, Pekko's defaults unless -D settings override them: the baseline
+    // bench/bench_pekko.py runs beside apportion's placement.
+    boolean own = "pekko".equals(System.getenv("COUNTER_ALLOCATION"));
     String seeds = String.join("\", \"", seedNodes(args[2], pod, ip));
-    Config config =
-        ApportionSharding.podConfig(ConfigFactory.parseString(String.join("\n",
-                "pekko.actor.provider = cluster",
-                "pekko.remote.artery.canonical.hostname = \"" + ip + "\"",
-                "pekko.remote.artery.canonical.port = " + PEKKO_PORT,
-                "pekko.cluster.seed-nodes = [\"" + seeds + "\"]",
-                "pekko.cluster.downing-provider-class = "
-                    + "\"org.apache.pekko.cluster.sbr.SplitBrainResolverProvider\"",
+    Config common = ConfigFactory.parseString(String.join("\n",
+        "pekko.actor.provider = cluster",
+        "pekko.remote.artery.canonical.hostname = \"" + ip + "\"",
+        "pekko.remote.artery.canonical.port = " + PEKKO_PORT,
+        "pekko.cluster.seed-nodes = [\"" + seeds + "\"]",
+        "pekko.cluster.downing-provider-class = "
+            + "\"org.apache.pekko.cluster.sbr.SplitBrainResolverProvider\"",
+        "pekko.cluster.distributed-data.gossip-interval = 500ms",
+        // Entities live until their shard moves (the test counts every start and stop).
+        "pekko.cluster.sharding.passivation.strategy = none",
+        // The sample's messages are records; a real app would use Jackson or protobuf.
+        "pekko.actor.allow-java-serialization = on",
+        "pekko.actor.warn-about-java-serializer-usage = off"));
+    Config config = own
+        // The pod: role only to show /view by pod, as with apportion.
+        ? ConfigFactory.parseString("pekko.cluster.roles = [\"" + ApportionSharding.POD_ROLE
+                + pod + "\"]")
+            .withFallback(common).withFallback(ConfigFactory.load())
+        : ApportionSharding.podConfig(ConfigFactory.parseString(String.join("\n",
                 // Moves at most a second after apportion asks; the table spreads by gossip.
                 "pekko.cluster.sharding.rebalance-interval = 1s",
-                "pekko.cluster.distributed-data.gossip-interval = 500ms",
                 // A shard's entities run only while apportion's serving lease of it holds: a
                 // node cut off from the API server stops them before the operator can move
                 // the shard (docs/pekko.md). A refused lease is asked again after a second.
                 "pekko.cluster.sharding.use-lease = \"dev.apportion.pekko.shard-lease\"",
-                "pekko.cluster.sharding.lease-retry-interval = 1s",
-                // Entities live until their shard moves (the test counts every start and stop).
-                "pekko.cluster.sharding.passivation.strategy = none",
-                // The sample's messages are records; a real app would use Jackson or protobuf.
-                "pekko.actor.allow-java-serialization = on",
-                "pekko.actor.warn-about-java-serializer-usage = off"))
-            .withFallback(ConfigFactory.load()));
+                "pekko.cluster.sharding.lease-retry-interval = 1s"))
+            .withFallback(common).withFallback(ConfigFactory.load()));
     ActorSystem<Void> system = ActorSystem.create(Behaviors.empty(), "Counters", config);
 
-    ApportionSharding<Counter.Count> apportion =
-        ApportionSharding.start(system, Counter.KEY, set, shards);
+    Entity<Counter.Count, ShardingEnvelope<Counter.Count>> entity =
+        Entity.of(Counter.KEY, ctx -> Counter.create(ctx.getEntityId(), pod));
     ClusterSharding sharding = ClusterSharding.get(system);
-    sharding.init(apportion.entity(
-        Entity.of(Counter.KEY, ctx -> Counter.create(ctx.getEntityId(), pod))));
-    apportion.installShutdownHook(Duration.ofSeconds(25));
+    if (own) {
+      // The same shard of every entity as under apportion (the akka key scheme).
+      sharding.init(entity.withMessageExtractor(ShardingMessageExtractor.apply(shards)));
+    } else {
+      ApportionSharding<Counter.Count> apportion =
+          ApportionSharding.start(system, Counter.KEY, set, shards);
+      sharding.init(apportion.entity(entity));
+      apportion.installShutdownHook(Duration.ofSeconds(25));
+    }
 
     HttpServer http = HttpServer.create(new InetSocketAddress(ip, HTTP_PORT), 64);
     http.setExecutor(Executors.newFixedThreadPool(16));
@@ -108,14 +126,14 @@ public final class CounterApp {
     });
     http.createContext("/view", ex -> {
       try {
-        reply(ex, 200, JSON.writeValueAsString(apportion.clusterView()));
+        reply(ex, 200, JSON.writeValueAsString(ApportionSharding.clusterView(system, Counter.KEY)));
       } catch (Exception e) {
         reply(ex, 500, String.valueOf(e));
       }
     });
     http.createContext("/local", ex -> {
       try {
-        reply(ex, 200, JSON.writeValueAsString(apportion.localShards()));
+        reply(ex, 200, JSON.writeValueAsString(ApportionSharding.localShards(system, Counter.KEY)));
       } catch (Exception e) {
         reply(ex, 500, String.valueOf(e));
       }
