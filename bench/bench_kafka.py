@@ -51,9 +51,9 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "integrations/kafka"), str(REPO / "tests/e2e")]
@@ -107,6 +107,12 @@ class Figures:
     length: float
 
 
+def kafka_figures(**saved: Any) -> Figures:
+    """Figures saved by `--out`; runs saved before `started` was measured read 0 there."""
+    return Figures(**{"started": 0.0, **saved})
+
+
+F = TypeVar("F")
 Handled = dict[int, list[tuple[float, int]]]
 """partition -> (time, offset) of every record handled, in time order."""
 
@@ -403,16 +409,18 @@ def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
     return rows
 
 
-def to_json(results: dict[str, list[dict[str, Figures]]]) -> dict[str, Any]:
+def to_json(results: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """A bench's results (side → runs → step → a dataclass of figures) as JSON (`--out`)."""
     return {
         side: [{name: dataclasses.asdict(f) for name, f in run.items()} for run in runs]
         for side, runs in results.items()
     }
 
 
-def from_json(saved: dict[str, Any]) -> dict[str, list[dict[str, Figures]]]:
+def from_json(saved: dict[str, Any], figures: Callable[..., F]) -> dict[str, list[dict[str, F]]]:
+    """`to_json`'s results read back (`--report`), each step's figures made by `figures`."""
     return {
-        side: [{name: Figures(**{"started": 0.0, **f}) for name, f in run.items()} for run in runs]
+        side: [{name: figures(**f) for name, f in run.items()} for run in runs]
         for side, runs in saved.items()
     }
 
@@ -426,7 +434,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, help="only the table of a JSON file of --out")
     args = parser.parse_args()
     if args.report:
-        print("\n".join(summary(from_json(json.loads(args.report.read_text())))))
+        print("\n".join(summary(from_json(json.loads(args.report.read_text()), kafka_figures))))
         return 0
     runs = args.runs or (1 if args.quick else 5)
     # The producer's retries while a new topic's leader is elected are not a figure.

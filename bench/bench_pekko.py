@@ -65,7 +65,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests/e2e")]
 
-from bench_kafka import process_starts, spread, wait_until  # noqa: E402
+from bench_kafka import from_json, process_starts, spread, to_json, wait_until  # noqa: E402
 from pekko_support import (  # noqa: E402
     SET,
     SHARDS,
@@ -457,20 +457,6 @@ def goal(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
     return lines
 
 
-def to_json(results: dict[str, list[dict[str, Figures]]]) -> dict[str, Any]:
-    return {
-        side: [{name: dataclasses.asdict(f) for name, f in run.items()} for run in runs]
-        for side, runs in results.items()
-    }
-
-
-def from_json(saved: dict[str, Any]) -> dict[str, list[dict[str, Figures]]]:
-    return {
-        side: [{name: Figures(**f) for name, f in run.items()} for run in runs]
-        for side, runs in saved.items()
-    }
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one run per side")
@@ -480,7 +466,7 @@ def main() -> int:
     parser.add_argument("--report", type=Path, help="only the tables of a JSON file of --out")
     args = parser.parse_args()
     if args.report:
-        results = from_json(json.loads(args.report.read_text()))
+        results = from_json(json.loads(args.report.read_text()), Figures)
         print("\n".join([*summary(results), "", *goal(results)]))
         return 0
     runs = args.runs or (1 if args.quick else 5)
