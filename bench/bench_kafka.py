@@ -212,6 +212,21 @@ def wait_until(check: Callable[[], Any], timeout: float, what: str) -> Any:
 # ------------------------------------------------------------------------------------ sides
 
 
+def worker_namespace(kubectl: Callable[..., Any], namespace: str) -> None:
+    """A namespace whose pods may run apportion workers, once its default ServiceAccount exists
+    (pods created before it are refused)."""
+    kubectl("create", "namespace", namespace)
+    grant_worker_role(kubectl, namespace)
+    wait_until(
+        lambda: (
+            kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode
+            == 0
+        ),
+        30,
+        "the default ServiceAccount",
+    )
+
+
 def consumer_command(side: str, java_classpath: Callable[[], str]) -> list[str]:
     """How a pod of `side` starts, up to the flags every side shares (--topic, --bootstrap,
     --group, --work-time, --port)."""
@@ -249,16 +264,7 @@ def run_side(
     topic = group = f"bench-{side}-{run}"
     apportion = side.startswith("apportion")
     set_name = "PartitionSet/orders" if apportion else f"Group/{group}"
-    kubectl("create", "namespace", namespace)
-    grant_worker_role(kubectl, namespace)
-    wait_until(
-        lambda: (
-            kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode
-            == 0
-        ),
-        30,
-        "the default ServiceAccount",
-    )
+    worker_namespace(kubectl, namespace)
     create_topic(bootstrap, topic, PARTITIONS)
     command = [
         *command, "--topic", topic, "--bootstrap", bootstrap, "--group", group,

@@ -65,7 +65,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "tests/e2e")]
 
-from bench_kafka import from_json, process_starts, spread, to_json, wait_until  # noqa: E402
+from bench_kafka import (  # noqa: E402
+    from_json,
+    process_starts,
+    spread,
+    to_json,
+    wait_until,
+    worker_namespace,
+)
 from pekko_support import (  # noqa: E402
     SET,
     SHARDS,
@@ -80,7 +87,6 @@ from unitset_support import (  # noqa: E402
     Operator,
     apply,
     get,
-    grant_worker_role,
     read_table,
     unit_set,
     worker_pid,
@@ -208,16 +214,7 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
     kubectl = cluster.kubectl
     namespace = f"bp-{side}-{run}"
     apportion = side == "apportion"
-    kubectl("create", "namespace", namespace)
-    grant_worker_role(kubectl, namespace)
-    wait_until(
-        lambda: (
-            kubectl("get", "-n", namespace, "serviceaccount", "default", check=False).returncode
-            == 0
-        ),
-        30,
-        "the default ServiceAccount",
-    )
+    worker_namespace(kubectl, namespace)
     names = entities()
     shard_of = {e: str(locate([e], scheme="akka", count=SHARDS)[0].unit) for e in names}
     sts = counter_app(classpath, java_options=JAVA_OPTIONS[side], own=not apportion)
