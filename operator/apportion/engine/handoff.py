@@ -261,10 +261,10 @@ def _advance(
     epoch: int,
 ) -> tuple[UnitState, Reason, str | None, str | None] | None:
     """The next state of one unit, with why; None when it stays as it is. `timed_from`: when
-    the unit's release (if any) started counting towards `timeout`. `park`: the owner leaves
-    and its name comes back, so the unit goes to nobody (`step`)."""
+    the unit's release (if any) started counting towards `timeout`. `park`: the owner is alive
+    but leaves, and its name comes back, so the unit goes to nobody (`step`)."""
     owner, release = state.owner, state.releasing
-    if park and owner_alive:
+    if park:
         timed_out = now - timed_from >= timeout
         return _park(state, owner_ack, unit, published_epoch, now, timed_out, epoch)
     if owner is None:

@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from apportion.api.assignment import (
     Ack,
@@ -253,23 +253,18 @@ def intended_owners(
     uids = {pod.name: pod.uid for pod in pods}
     known = published.member_uids
 
-    def alive(name: str | None) -> bool:
+    def alive(name: str | None) -> TypeGuard[str]:
         return name is not None and name in uids and uids[name] == known.get(name)
 
     owners: dict[str, str] = {}
     moving: set[str] = set()
     for unit, state in published.units.items():
         release = state.releasing
-        if (
-            release is not None
-            and release.to is not None
-            and alive(release.to)
-            and alive(state.owner)
-        ):
+        if release is not None and alive(release.to) and alive(state.owner):
             owners[unit] = release.to
             moving.add(unit)
         elif alive(state.owner):
-            owners[unit] = state.owner  # type: ignore[assignment]
+            owners[unit] = state.owner
     return owners, frozenset(moving)
 
 
