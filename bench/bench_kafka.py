@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -415,6 +415,33 @@ def summary(results: dict[str, list[dict[str, Figures]]]) -> list[str]:
     return rows
 
 
+def take_turns(
+    runs: int,
+    sides: Sequence[str],
+    run_side: Callable[[str, int], dict[str, F]],
+    out: Path | None,
+    line: Callable[[F], str],
+) -> dict[str, list[dict[str, F]]]:
+    """Every side `runs` times, the sides taking turns so that a busy moment of the machine does
+    not fall on one side only; each run's figures printed (`line`) and, with `out`, all so far
+    saved after it (`to_json`)."""
+    results: dict[str, list[dict[str, F]]] = {side: [] for side in sides}
+    for run in range(runs):
+        for side in sides:
+            try:
+                found = run_side(side, run)
+            except (Exception, SystemExit) as error:
+                # One side that does not settle must not lose the others' runs.
+                print(f"  run {run} {side}: no figures: {error!r}", flush=True)
+                continue
+            results[side].append(found)
+            if out:
+                out.write_text(json.dumps(to_json(results), indent=1))
+            for name, f in found.items():
+                print(f"  run {run} {side:<18} {name:<16} {line(f)}", flush=True)
+    return results
+
+
 def to_json(results: Mapping[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """A bench's results (side → runs → step → a dataclass of figures) as JSON (`--out`)."""
     return {
@@ -465,7 +492,6 @@ def main() -> int:
     from apportion_dev.devcluster import DevCluster
 
     commands = {side: consumer_command(side, java_classpath) for side in sides}
-    results: dict[str, list[dict[str, Figures]]] = {side: [] for side in sides}
     # The KIP-848 protocol's heartbeat interval is the broker's: 1 s, as the classic clients'.
     heartbeat = {
         "group.consumer.heartbeat.interval.ms": "1000",
@@ -482,26 +508,18 @@ def main() -> int:
             "crd/partitionsets.apportion.dev",
         )
         with KafkaBroker(workdir, overrides=heartbeat) as broker:
-            for run in range(runs):
-                for side in sides:
-                    try:
-                        found = run_side(cluster, broker.bootstrap, side, run, commands[side])
-                    except (Exception, SystemExit) as error:
-                        # One side that does not settle must not lose the others' runs.
-                        print(f"  run {run} {side}: no figures: {error}", flush=True)
-                        continue
-                    results[side].append(found)
-                    if args.out:
-                        args.out.write_text(json.dumps(to_json(results), indent=1))
-                    for name, f in found.items():
-                        print(
-                            f"  run {run} {side:<18} {name:<16} moved {f.moved:>3}  "
-                            f"wait max {f.wait_max:5.2f} s  mean {f.wait_mean:5.2f} s  "
-                            f"again {f.again:>4}  started {f.started:5.2f} s  "
-                            f"last {f.last:5.2f} s  "
-                            f"(step {f.length:5.1f} s)",
-                            flush=True,
-                        )
+            results = take_turns(
+                runs,
+                sides,
+                lambda side, run: run_side(cluster, broker.bootstrap, side, run, commands[side]),
+                args.out,
+                lambda f: (
+                    f"moved {f.moved:>3}  wait max {f.wait_max:5.2f} s  "
+                    f"mean {f.wait_mean:5.2f} s  again {f.again:>4}  "
+                    f"started {f.started:5.2f} s  last {f.last:5.2f} s  "
+                    f"(step {f.length:5.1f} s)"
+                ),
+            )
     finally:
         cluster.stop()
     print(f"\nbench_kafka: {PARTITIONS} partitions, a record per partition every {PERIOD}s;")

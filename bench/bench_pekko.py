@@ -69,7 +69,7 @@ from bench_kafka import (  # noqa: E402
     from_json,
     process_starts,
     spread,
-    to_json,
+    take_turns,
     wait_until,
     worker_namespace,
 )
@@ -476,7 +476,6 @@ def main() -> int:
     from apportion_dev.devcluster import DevCluster
 
     java = classpath("integrations/pekko")
-    results: dict[str, list[dict[str, Figures]]] = {side: [] for side in sides}
     cluster = DevCluster.start()
     try:
         cluster.kubectl("apply", "-f", str(REPO / "crds"))
@@ -484,19 +483,9 @@ def main() -> int:
             "wait", "--for=condition=Established", "--timeout=60s",
             "crd/shardsets.apportion.dev",
         )  # fmt: skip
-        for run in range(runs):
-            for side in sides:
-                try:
-                    found = run_side(cluster, side, run, java)
-                except (Exception, SystemExit) as error:
-                    # One side that does not settle must not lose the others' runs.
-                    print(f"  run {run} {side}: no figures: {error!r}", flush=True)
-                    continue
-                results[side].append(found)
-                if args.out:
-                    args.out.write_text(json.dumps(to_json(results), indent=1))
-                for name, f in found.items():
-                    print(f"  run {run} {side:<12} {name:<16} {f}", flush=True)
+        results = take_turns(
+            runs, sides, lambda side, run: run_side(cluster, side, run, java), args.out, str
+        )
     finally:
         cluster.stop()
     print(f"\nbench_pekko: {SHARDS} shards, {runs} run(s) per side; median (range)")
