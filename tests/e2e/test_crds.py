@@ -100,6 +100,7 @@ def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) 
         "maxMovesPerRound": "25%",
         "imbalanceTolerance": "Default",
         "pauseDuringRollout": True,
+        "scaleUpWait": "30s",
         "handoffTimeout": "60s",
         "restartGrace": "0s",
         "whenCutOff": "StopServing",

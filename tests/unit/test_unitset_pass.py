@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import replace
+from itertools import pairwise
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import Ack, AssignmentTable, Incarnation, ResourceRef, Suspensions
+from apportion.api.common import rfc3339
 from apportion.api.pods import WorkerPod
 from apportion.engine.allocation import Member as EngineMember
 from apportion.engine.handoff import Reason, make_ack
@@ -495,3 +497,94 @@ def test_the_start_up_wait_ends_at_its_timeout_and_min_members_waits_for_good() 
     assert forever.new_table is None and forever.wake_at is None
     # Once something was placed, the barrier is gone: later fleets rebalance as usual.
     assert run(pinned, late.new_table, starting, now=99999.0).problems == ()
+
+
+def _moves(tables: list[AssignmentTable]) -> Counter[str]:
+    """How often each unit changed owner along a sequence of tables."""
+    moved: Counter[str] = Counter()
+    for before, after in pairwise(tables):
+        old, new = before.owners(), after.owners()
+        moved.update(u for u, owner in new.items() if owner is not None and owner != old.get(u))
+    return moved
+
+
+def _created(seconds_before: float, now: float = 1000.0) -> str:
+    return rfc3339(now - seconds_before)
+
+
+def _scale_up(spec: Any, before: int, after: int) -> tuple[list[AssignmentTable], PassResult]:
+    """`before` pods settled, then the new pods of a scale-up to `after` turning Ready one at a
+    time (StatefulSet OrderedReady), each settled before the next; the tables along the way and
+    the first pass after the first new pod turned Ready."""
+    start, _ = settle(spec, initial_table(REF, spec, 1), workers(before), 1000.0)
+    tables, table, first = [start], start, None
+    for ready in range(before + 1, after + 1):
+        fleet = [replace(p, created=_created(5.0)) for p in workers(ready)]
+        result = run(spec, table, acked(table, fleet), desired_members=after)
+        first = first or result
+        for _ in range(50):
+            result = run(spec, table, acked(table, fleet), desired_members=after)
+            if result.new_table is None:
+                break
+            table = result.new_table
+            tables.append(table)
+    assert first is not None
+    return tables, first
+
+
+def test_a_scale_up_fills_the_new_pods_in_one_round_so_no_unit_moves_twice() -> None:
+    """3 → 5 pods, 12 units: planned as each pod turns Ready, 3 units move onto the 4th and 2
+    more after the 5th, one of them off the 4th again; waiting for the replicas moves 4."""
+    waiting = pset(partitions=12, rebalance={"interval": "1s", "handoffTimeout": "5s"})
+    tables, first = _scale_up(waiting, 3, 5)
+    assert first.kept == () and first.held > 0, "nothing moves onto w-3 while w-4 is missing"
+    assert "3 of 5 ready" not in (first.hold_reason or "")
+    assert "4 of 5 ready" in (first.hold_reason or "")
+    assert "rebalance.scaleUpWait" in (first.hold_reason or "")
+    assert first.wake_at == 995.0 + 30.0, "looked at again when the wait for w-4 ends"
+    final = tables[-1].by_member()
+    moved = _moves(tables)
+    # The oracle: units only leave the old pods, so the least moves is what the new pods hold.
+    assert sum(moved.values()) == len(final["w-3"]) + len(final["w-4"]) == 4
+    assert max(moved.values()) == 1
+
+    eager = pset(
+        partitions=12, rebalance={"interval": "1s", "handoffTimeout": "5s", "scaleUpWait": "0s"}
+    )
+    tables, first = _scale_up(eager, 3, 5)
+    assert first.kept, "0s: w-3 is filled as soon as it is Ready"
+    assert sum(_moves(tables).values()) > 4
+
+
+def test_the_scale_up_wait_ends_after_scale_up_wait_and_spares_other_moves() -> None:
+    spec = pset(partitions=12, rebalance={"interval": "1s", "handoffTimeout": "5s"})
+    table, _ = settle(spec, initial_table(REF, spec, 1), workers(3), 1000.0)
+    stuck = [*workers(3), WorkerPod("w-3", "uid-w-3", created=_created(31.0))]
+    late = run(spec, table, stuck, desired_members=5)
+    assert late.kept and late.hold_reason is None, "w-4 never started: w-3 is not kept empty"
+    # A pod that is gone still hands its units off at once: the wait only holds optional moves.
+    gone = [*workers(2), WorkerPod("w-3", "uid-w-3", created=_created(5.0))]
+    forced = run(spec, table, gone, desired_members=5)
+    assert {m.unit for m in forced.kept} == set(table.by_member()["w-2"])
+    assert "scaleUpWait" in (forced.hold_reason or "")
+    # Without a workloadRef there are no replicas to wait for.
+    assert run(spec, table, [*workers(3), *stuck[3:]], desired_members=None).kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    units=st.integers(4, 40),
+    before=st.integers(1, 4),
+    added=st.integers(1, 4),
+)
+def test_a_scale_up_within_the_wait_moves_each_unit_at_most_once(
+    units: int, before: int, added: int
+) -> None:
+    spec = pset(partitions=units, rebalance={"interval": "1s", "handoffTimeout": "5s"})
+    tables, _ = _scale_up(spec, before, before + added)
+    moved = _moves(tables)
+    final = tables[-1].by_member()
+    new_pods = [f"w-{i}" for i in range(before, before + added)]
+    event("units moved" if moved else "nothing moved")
+    assert sum(moved.values()) == sum(len(final.get(p, ())) for p in new_pods)
+    assert max(moved.values(), default=0) <= 1

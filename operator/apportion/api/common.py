@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -192,6 +192,18 @@ Duration = Annotated[
     ),
 ]
 """A timedelta in Python, a Go-style duration string ("10s", "1m30s") on the wire."""
+
+
+def rfc3339(unix_seconds: float) -> str:
+    """A Unix time as the API server writes times (metav1.Time: whole seconds, UTC)."""
+    return datetime.fromtimestamp(unix_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def seconds(rfc3339_time: str | None) -> float | None:
+    """An API server time as Unix seconds; None for an absent one."""
+    if not rfc3339_time:
+        return None
+    return datetime.fromisoformat(rfc3339_time.replace("Z", "+00:00")).timestamp()
 
 
 def min_duration(what: str, minimum: str) -> dict[str, Any]:

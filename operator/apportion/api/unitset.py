@@ -286,6 +286,16 @@ class RebalancePolicy(ApiModel):
         description="Hold rebalancing while the workload rolls out a new revision (units of "
         "pods that are gone still move).",
     )
+    scale_up_wait: Duration = Field(
+        parse_duration("30s"),
+        description="How long moves onto the new pods of a scale-up wait for the workload's "
+        "other missing replicas (workloadRef), so that the new pods are filled in one round "
+        "instead of one round per pod turning Ready, which moves some units twice. Counted "
+        "from the creation of the oldest ready pod that owns nothing yet; units of pods that "
+        "are gone still move at once. 0s: rebalance onto each pod as it turns Ready. At most "
+        "10m.",
+        json_schema_extra=max_duration("rebalance.scaleUpWait", "10m"),
+    )
     handoff_timeout: Duration = Field(
         parse_duration("60s"),
         description="How long a releasing member has to acknowledge a hand-off before the unit "

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from apportion.api.assignment import AssignmentTable
-from apportion.api.common import WorkloadKind, WorkloadRef
+from apportion.api.common import WorkloadKind, WorkloadRef, rfc3339, seconds
 from apportion.api.pods import WorkerPod
 
 
@@ -158,8 +157,8 @@ def hold_rows(holds: Mapping[str, RestartHold], grace: float) -> list[dict[str, 
     return [
         {
             "pod": hold.pod,
-            "since": _rfc3339(hold.since),
-            "until": _rfc3339(hold.until(grace)),
+            "since": rfc3339(hold.since),
+            "until": rfc3339(hold.until(grace)),
             "units": unit_ranges(hold.units),
         }
         for hold in sorted(holds.values(), key=lambda h: h.pod)
@@ -167,9 +166,7 @@ def hold_rows(holds: Mapping[str, RestartHold], grace: float) -> list[dict[str, 
 
 
 def hold_from_row(row: Mapping[str, Any]) -> RestartHold:
-    since = datetime.fromisoformat(str(row["since"]).replace("Z", "+00:00")).timestamp()
+    since = seconds(str(row["since"]))
+    if since is None:
+        raise ValueError(f"restart hold of {row['pod']} has no since")
     return RestartHold(str(row["pod"]), since, parse_unit_ranges(str(row.get("units") or "")))
-
-
-def _rfc3339(unix_seconds: float) -> str:
-    return datetime.fromtimestamp(unix_seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

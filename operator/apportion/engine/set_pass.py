@@ -15,7 +15,7 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, TypeGuard
 
 from apportion.api.assignment import (
@@ -26,6 +26,7 @@ from apportion.api.assignment import (
     Suspensions,
     unit_order,
 )
+from apportion.api.common import rfc3339, seconds
 from apportion.api.conditions import (
     Condition,
     ConditionType,
@@ -355,13 +356,45 @@ def startup_barrier(inp: PassInput) -> tuple[Problem, float | None] | None:
     ready = sum(1 for pod in inp.pods if pod.ready and not pod.terminating)
     if ready >= wanted:
         return None
-    until = "" if deadline is None else f", at most until {_timestamp(deadline)}"
+    until = "" if deadline is None else f", at most until {rfc3339(deadline)}"
     why = "startup.minMembers" if startup.min_members is not None else "the workload's replicas"
     message = (
         f"the first placement waits for {wanted} ready member(s) ({why}); "
         f"{ready} ready so far{until}"
     )
     return Problem("WaitingForMembers", message), deadline
+
+
+def scale_up_wait(inp: PassInput) -> tuple[str, float] | None:
+    """While the workload scales up, optional moves wait for its missing replicas, so that the
+    new pods are filled in one round; planning as each pod turns Ready moves some units twice
+    (3 → 5 pods of 12 units: 3 moves onto the 4th, then 2 more of which one leaves the 4th).
+    Kafka's `group.initial.rebalance.delay.ms` waits so for the first members only. The wait
+    ends when every replica is ready, or `rebalance.scaleUpWait` after the creation of the
+    oldest ready member that owns nothing (a replica that never starts holds nothing for
+    longer). Returns why the moves wait and until when, or None: rebalance now."""
+    wait = inp.spec.rebalance.scale_up_wait.total_seconds()
+    if not wait or not inp.desired_members:
+        return None
+    ready = [pod for pod in inp.pods if pod.ready and not pod.draining]
+    if len(ready) >= inp.desired_members:
+        return None
+    owners = {state.owner for state in inp.published.units.values()}
+    owners.update(state.releasing.to for state in inp.published.units.values() if state.releasing)
+    if owners <= {None}:
+        return None  # the first placement: startup_barrier's to wait for
+    newcomers = [pod for pod in ready if pod.name not in owners]
+    created = [t for pod in newcomers if (t := seconds(pod.created)) is not None]
+    if not created:
+        return None
+    until = min(created) + wait
+    if inp.now >= until:
+        return None
+    message = (
+        f"a scale-up: waiting for the workload's replicas, {len(ready)} of "
+        f"{inp.desired_members} ready, at most until {rfc3339(until)} (rebalance.scaleUpWait)"
+    )
+    return message, until
 
 
 def unknown_pins(spec: UnitSetSpec, pods: Sequence[WorkerPod]) -> list[Problem]:
@@ -425,6 +458,8 @@ def plan_pass(inp: PassInput) -> PassResult:
         hold_reason, budget = f"resharding {lineage.from_count} → {lineage.to_count}", 0
     elif spec.rebalance.pause_during_rollout and inp.rollout.rolling:
         hold_reason, budget = f"rollout in progress: {inp.rollout.message}", 0
+    elif (scaling := scale_up_wait(inp)) is not None:
+        (hold_reason, next_round), budget = scaling, 0
     elif inp.last_round is not None and now < inp.last_round + interval:
         next_round = inp.last_round + interval
         hold_reason, budget = "waiting for the next rebalance round", 0
@@ -667,7 +702,7 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         "servingSuspensions": sum(
             told.count for _, told in suspensions(s.pods, s.table.set_ref.ack_annotation).values()
         ),
-        "lastRebalanceTime": None if last_round is None else _timestamp(last_round),
+        "lastRebalanceTime": None if last_round is None else rfc3339(last_round),
         "metricsSource": s.metrics_source.value,
         "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
         "restartHolds": hold_rows(result.restart_holds, result.restart_grace)[:MAX_MEMBER_ROWS],
@@ -682,10 +717,6 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
         },
         "conditions": [c.to_json_dict() for c in conditions],
     }
-
-
-def _timestamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _conditions(
@@ -786,7 +817,7 @@ def _waiting_for_restart(result: PassResult, unowned: int) -> str:
         (h for h in result.restart_holds.values() if not h.spent), key=lambda h: natural_key(h.pod)
     )
     each = ", ".join(
-        f"{len(h.units)} for {h.pod} until {_timestamp(h.until(result.restart_grace))}"
+        f"{len(h.units)} for {h.pod} until {rfc3339(h.until(result.restart_grace))}"
         for h in holds[:4]
     )
     return (

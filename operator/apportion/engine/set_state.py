@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from apportion.api.assignment import AssignmentTable
-from apportion.api.common import ScrapeSpec
+from apportion.api.common import ScrapeSpec, rfc3339, seconds
 from apportion.engine.handoff import Recovery, recover
 from apportion.engine.restarts import RestartHold, hold_from_row, hold_rows
 from apportion.engine.set_pass import Problem
@@ -232,10 +231,4 @@ def _timed_out_from(status: Mapping[str, Any]) -> tuple[float, Problem] | None:
 
 def timestamp(unix_seconds: float) -> str:
     """RFC 3339, whole seconds rounded up (a fence never ends early)."""
-    return datetime.fromtimestamp(math.ceil(unix_seconds), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def seconds(rfc3339: str | None) -> float | None:
-    if not rfc3339:
-        return None
-    return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
+    return rfc3339(math.ceil(unix_seconds))

@@ -20,6 +20,7 @@ from typing import Any, cast
 from pydantic import ValidationError
 
 from apportion.api.assignment import AssignmentTable, ResourceRef, assignment_config_map
+from apportion.api.common import seconds
 from apportion.api.conditions import (
     condition_time,
     dump_conditions,
@@ -48,7 +49,7 @@ from apportion.engine.set_pass import (
     suspensions,
     unit_set_status,
 )
-from apportion.engine.set_state import SetState, loads_grace, seconds, timestamp
+from apportion.engine.set_state import SetState, loads_grace, timestamp
 from apportion.publishing.configmaps import (
     AssignmentStore,
 )
