@@ -9,6 +9,8 @@ from pathlib import Path
 
 from apportion.engine.keys import get_scheme
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def apportion(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -119,3 +121,17 @@ def test_plan_bad_snapshots_exit_2_with_a_clear_message(tmp_path: Path) -> None:
     missing = apportion("plan", "--input", str(tmp_path / "nope.json"))
     assert missing.returncode == 2
     assert "cannot read" in missing.stderr
+
+
+def test_locate_tells_a_release_to_nobody_from_no_release(tmp_path: Path) -> None:
+    """A unit released to nobody (a restart in place) answers `releasingTo: null`; one that is
+    not releasing has no `releasingTo` at all."""
+    case = json.loads((REPO / "conformance/tables/release-to-nobody.json").read_text())
+    path = tmp_path / "table.json"
+    path.write_text(json.dumps(case["document"]))
+    # Netherite's explicit `!n`: the ID's unit is n, whatever the hash would say.
+    result = apportion("locate", "--table", str(path), "--json", "order!4", "order!5")
+    assert result.returncode == 0, result.stderr
+    held, settled = json.loads(result.stdout)
+    assert held == {"id": "order!4", "unit": 4, "pod": "demo-workers-0", "releasingTo": None}
+    assert settled == {"id": "order!5", "unit": 5, "pod": "demo-workers-2"}

@@ -17,24 +17,25 @@ from apportion.engine.keys import get_scheme
 
 @dataclass(frozen=True, slots=True)
 class Location:
-    """`unit` of `id`; with a table also its `owner` pod (None: unowned), the pod it is being
-    handed to, and the unit it had under the previous count when the table carries a lineage."""
+    """`unit` of `id`; with a table also its `owner` pod (None: unowned), whether it is being
+    handed off (`releasing`) and to which pod (None: to nobody, a restart in place), and the
+    unit it had under the previous count when the table carries a lineage."""
 
     id: str
     unit: int
     owner: str | None = None
+    releasing: bool = False
     releasing_to: str | None = None
     previous_unit: int | None = None
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"id": self.id, "unit": self.unit}
-        for key, value in (
-            ("pod", self.owner),
-            ("releasingTo", self.releasing_to),
-            ("previousUnit", self.previous_unit),
-        ):
-            if value is not None:
-                doc[key] = value
+        if self.owner is not None:
+            doc["pod"] = self.owner
+        if self.releasing:
+            doc["releasingTo"] = self.releasing_to  # null: to nobody
+        if self.previous_unit is not None:
+            doc["previousUnit"] = self.previous_unit
         return doc
 
 
@@ -62,7 +63,8 @@ def locate(
     for key, unit, before in zip(ids, units, previous, strict=True):
         state = table.units[str(unit)]
         release = state.releasing
-        result.append(Location(key, unit, state.owner, release.to if release else None, before))
+        to = release.to if release else None
+        result.append(Location(key, unit, state.owner, release is not None, to, before))
     return result
 
 
