@@ -97,6 +97,13 @@ def test_pod_facts() -> None:
     unready = WorkerPod.from_body(pod_body("w-2", status__conditions=[]))
     failed = WorkerPod.from_body(pod_body("w-3", status__phase="Failed"))
     assert not unready.ready and failed.terminal
+    assert fact.ready_since == "" and unready.ready_since == ""
+    turned = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:30Z"}]
+    was = [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:30Z"}]
+    assert WorkerPod.from_body(pod_body("w-4", status__conditions=turned)).ready_since == (
+        "2026-01-01T00:00:30Z"
+    )
+    assert WorkerPod.from_body(pod_body("w-5", status__conditions=was)).ready_since == ""
     deployment = WorkerPod.from_body(pod_body("d-0", metadata__labels={"pod-template-hash": "a"}))
     assert deployment.revision == "a"
 

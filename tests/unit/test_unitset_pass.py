@@ -508,7 +508,7 @@ def _moves(tables: list[AssignmentTable]) -> Counter[str]:
     return moved
 
 
-def _created(seconds_before: float, now: float = 1000.0) -> str:
+def _ago(seconds_before: float, now: float = 1000.0) -> str:
     return rfc3339(now - seconds_before)
 
 
@@ -519,7 +519,8 @@ def _scale_up(spec: Any, before: int, after: int) -> tuple[list[AssignmentTable]
     start, _ = settle(spec, initial_table(REF, spec, 1), workers(before), 1000.0)
     tables, table, first = [start], start, None
     for ready in range(before + 1, after + 1):
-        fleet = [replace(p, created=_created(5.0)) for p in workers(ready)]
+        # Created a minute ago, Ready 5 s ago: a slow start (a JVM's) must not use the wait up.
+        fleet = [replace(p, created=_ago(60.0), ready_since=_ago(5.0)) for p in workers(ready)]
         result = run(spec, table, acked(table, fleet), desired_members=after)
         first = first or result
         for _ in range(50):
@@ -559,11 +560,11 @@ def test_a_scale_up_fills_the_new_pods_in_one_round_so_no_unit_moves_twice() -> 
 def test_the_scale_up_wait_ends_after_scale_up_wait_and_spares_other_moves() -> None:
     spec = pset(partitions=12, rebalance={"interval": "1s", "handoffTimeout": "5s"})
     table, _ = settle(spec, initial_table(REF, spec, 1), workers(3), 1000.0)
-    stuck = [*workers(3), WorkerPod("w-3", "uid-w-3", created=_created(31.0))]
+    stuck = [*workers(3), WorkerPod("w-3", "uid-w-3", created=_ago(40.0), ready_since=_ago(31.0))]
     late = run(spec, table, stuck, desired_members=5)
     assert late.kept and late.hold_reason is None, "w-4 never started: w-3 is not kept empty"
     # A pod that is gone still hands its units off at once: the wait only holds optional moves.
-    gone = [*workers(2), WorkerPod("w-3", "uid-w-3", created=_created(5.0))]
+    gone = [*workers(2), WorkerPod("w-3", "uid-w-3", ready_since=_ago(5.0))]
     forced = run(spec, table, gone, desired_members=5)
     assert {m.unit for m in forced.kept} == set(table.by_member()["w-2"])
     assert "scaleUpWait" in (forced.hold_reason or "")

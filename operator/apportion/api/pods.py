@@ -24,9 +24,23 @@ TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 def is_ready(status: Mapping[str, Any]) -> bool:
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
+    return _ready_condition(status) is not None
+
+
+def ready_since(status: Mapping[str, Any]) -> str:
+    """When a Ready pod turned Ready (RFC 3339); empty when it is not Ready."""
+    condition = _ready_condition(status)
+    return "" if condition is None else str(condition.get("lastTransitionTime") or "")
+
+
+def _ready_condition(status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return next(
+        (
+            c
+            for c in status.get("conditions") or ()
+            if c.get("type") == "Ready" and c.get("status") == "True"
+        ),
+        None,
     )
 
 
@@ -53,6 +67,7 @@ class WorkerPod:
     uid: str
     labels: Mapping[str, str] = field(default_factory=dict)
     ready: bool = True
+    ready_since: str = ""
     terminating: bool = False
     terminal: bool = False
     revision: str = ""
@@ -90,6 +105,7 @@ class WorkerPod:
             uid=meta.get("uid") or "",
             labels=labels,
             ready=is_ready(status),
+            ready_since=ready_since(status),
             terminating=meta.get("deletionTimestamp") is not None,
             terminal=status.get("phase") in TERMINAL_PHASES,
             revision=revision_of(labels),

@@ -291,7 +291,7 @@ class RebalancePolicy(ApiModel):
         description="How long moves onto the new pods of a scale-up wait for the workload's "
         "other missing replicas (workloadRef), so that the new pods are filled in one round "
         "instead of one round per pod turning Ready, which moves some units twice. Counted "
-        "from the creation of the oldest ready pod that owns nothing yet; units of pods that "
+        "from when the first Ready pod that owns nothing yet turned Ready; units of pods that "
         "are gone still move at once. 0s: rebalance onto each pod as it turns Ready. At most "
         "10m.",
         json_schema_extra=max_duration("rebalance.scaleUpWait", "10m"),

@@ -370,9 +370,10 @@ def scale_up_wait(inp: PassInput) -> tuple[str, float] | None:
     new pods are filled in one round; planning as each pod turns Ready moves some units twice
     (3 → 5 pods of 12 units: 3 moves onto the 4th, then 2 more of which one leaves the 4th).
     Kafka's `group.initial.rebalance.delay.ms` waits so for the first members only. The wait
-    ends when every replica is ready, or `rebalance.scaleUpWait` after the creation of the
-    oldest ready member that owns nothing (a replica that never starts holds nothing for
-    longer). Returns why the moves wait and until when, or None: rebalance now."""
+    ends when every replica is ready, or `rebalance.scaleUpWait` after the first ready member
+    that owns nothing turned Ready (a replica that never starts holds nothing for longer; from
+    Ready, not creation, so that a slow start, a JVM's, does not use the wait up). Returns why
+    the moves wait and until when, or None: rebalance now."""
     wait = inp.spec.rebalance.scale_up_wait.total_seconds()
     if not wait or not inp.desired_members:
         return None
@@ -384,10 +385,10 @@ def scale_up_wait(inp: PassInput) -> tuple[str, float] | None:
     if owners <= {None}:
         return None  # the first placement: startup_barrier's to wait for
     newcomers = [pod for pod in ready if pod.name not in owners]
-    created = [t for pod in newcomers if (t := seconds(pod.created)) is not None]
-    if not created:
+    since = [t for pod in newcomers if (t := seconds(pod.ready_since or pod.created)) is not None]
+    if not since:
         return None
-    until = min(created) + wait
+    until = min(since) + wait
     if inp.now >= until:
         return None
     message = (
