@@ -15,6 +15,7 @@ import java.util.concurrent.CountDownLatch;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.WakeupException;
 
@@ -105,6 +106,15 @@ public final class KafkaGroupConsumer {
         new ConsumerRebalanceListener() {
           @Override
           public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+            // Auto-commit does not cover a cooperative revocation (666 records of a rolling
+            // restart handled twice): the next owner must resume where this one stopped, as
+            // the ConsumerRebalanceListener docs advise. Every record a poll returned has
+            // been processed when the listener runs (inside the next poll).
+            try {
+              consumer.commitSync();
+            } catch (KafkaException notCommitted) {
+              print("commit on revocation failed: " + notCommitted);
+            }
             ownership("release", parts);
           }
 
