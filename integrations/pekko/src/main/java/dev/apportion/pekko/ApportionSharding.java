@@ -20,7 +20,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.logging.Level;
 import java.util.logging.Logger;
 import java.util.stream.Collectors;
-import org.apache.pekko.actor.ActorRef;
 import org.apache.pekko.actor.Address;
 import org.apache.pekko.actor.CoordinatedShutdown;
 import org.apache.pekko.actor.typed.ActorSystem;
@@ -39,7 +38,6 @@ import org.apache.pekko.cluster.sharding.typed.javadsl.ClusterSharding;
 import org.apache.pekko.cluster.sharding.typed.javadsl.Entity;
 import org.apache.pekko.cluster.sharding.typed.javadsl.EntityTypeKey;
 import org.apache.pekko.cluster.typed.Cluster;
-import org.apache.pekko.pattern.Patterns;
 import org.apache.pekko.util.Timeout;
 
 /**
@@ -60,8 +58,6 @@ public final class ApportionSharding<M> implements AutoCloseable {
   private static final Duration FEED_EVERY = Duration.ofMillis(250);
   private static final Duration POLL = Duration.ofMillis(200);
   private static final Duration ASK = Duration.ofSeconds(5);
-  /** Pekko's graceful region shutdown: every shard's hand-off, each within a few seconds. */
-  private static final Duration REGION_STOP = Duration.ofSeconds(20);
 
   private final ActorSystem<?> system;
   private final EntityTypeKey<M> typeKey;
@@ -180,20 +176,6 @@ public final class ApportionSharding<M> implements AutoCloseable {
       pods.put(e.getKey(), moving ? s.releasing().to() : s.owner());
     }
     return pods;
-  }
-
-  /** Whether every one of {@code units} is being released to nobody (a restart in place). */
-  static boolean releasedToNobody(AssignmentTable table, Set<String> units) {
-    if (table == null || units.isEmpty()) {
-      return false;
-    }
-    for (String unit : units) {
-      UnitState state = table.units().get(unit);
-      if (state == null || state.releasing() == null || state.releasing().to() != null) {
-        return false;
-      }
-    }
-    return true;
   }
 
   /**
@@ -323,28 +305,10 @@ public final class ApportionSharding<M> implements AutoCloseable {
     /** Acknowledged once the local region confirms that none of {@code units} is hosted here:
      * the coordinator moved them (to the desired location the feed set) or they were never
      * started here. A region that does not answer is no confirmation: this throws, and the
-     * Worker keeps the release pending, reports it failing and calls this again.
-     *
-     * <p>A release to nobody (this pod is deleted to come back under its name) keeps the
-     * shards' desired location here, so the coordinator would never move them and the wait
-     * would last until the drain timeout (25 s of every rolling restart in bench_pekko). The
-     * pod is terminating: the region's graceful shutdown stops the shards instead (a region
-     * that has stopped hosts nothing), and the next incarnation starts them under their new
-     * tokens. */
+     * Worker keeps the release pending, reports it failing and calls this again. */
     @Override
     public void onRelease(Set<String> units, long epoch) throws Exception {
       feed();
-      if (releasedToNobody(worker.table(), units)) {
-        ActorRef region = org.apache.pekko.cluster.sharding.ClusterSharding
-            .get(system.classicSystem())
-            .shardRegion(typeKey.name());
-        Patterns.gracefulStop(region, REGION_STOP, ShardRegion.gracefulShutdownInstance())
-            .toCompletableFuture()
-            .get();
-        LOG.info("shards " + units + " stopped with the region, released to nobody (epoch "
-            + epoch + ")");
-        return;
-      }
       while (true) {
         Set<String> still;
         try {

@@ -1,20 +1,16 @@
 package dev.apportion.pekko;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertFalse;
-import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.typesafe.config.ConfigFactory;
 import dev.apportion.client.AssignmentCodec;
-import dev.apportion.client.AssignmentTable;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.Iterator;
 import java.util.Map;
-import java.util.Set;
 import org.apache.pekko.actor.typed.ActorSystem;
 import org.apache.pekko.actor.typed.javadsl.Behaviors;
 import org.apache.pekko.cluster.MemberStatus;
@@ -47,25 +43,6 @@ class ApportionShardingTest {
     assertEquals("carts-a", expected.get("3")); // the case does have a release in it
     assertEquals(
         expected, ApportionSharding.desiredPods(AssignmentCodec.fromDocument(cases.get("document"))));
-  }
-
-  /**
-   * A release to nobody (conformance table release-to-nobody.json: unit 4) is told apart from a
-   * hand-off to a pod (indexed-unowned-releasing.json: unit 3 to carts-a) and from no release.
-   */
-  @Test
-  void aReleaseToNobodyIsToldApart() throws Exception {
-    AssignmentTable restart = table("release-to-nobody.json");
-    assertTrue(ApportionSharding.releasedToNobody(restart, Set.of("4")));
-    assertFalse(ApportionSharding.releasedToNobody(restart, Set.of("4", "0")));
-    assertFalse(ApportionSharding.releasedToNobody(restart, Set.of()));
-    assertFalse(ApportionSharding.releasedToNobody(table("indexed-unowned-releasing.json"), Set.of("3")));
-  }
-
-  private static AssignmentTable table(String name) throws Exception {
-    JsonNode doc = JSON.readTree(
-        Path.of(System.getProperty("conformance.dir"), "tables", name).toFile());
-    return AssignmentCodec.fromDocument(doc.get("document"));
   }
 
   /** A real one-node cluster: the member carrying role pod:p-0 is p-0's address, once Up. */
