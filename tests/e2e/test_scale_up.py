@@ -34,6 +34,9 @@ def ordered_workers(replicas: int) -> dict:
         "httpGet": {"path": "/healthz", "port": "metrics"},
         "initialDelaySeconds": 3,
         "periodSeconds": 1,
+        # A busy machine's slow answer must not turn a pod NotReady: that cancels the hand-offs
+        # aimed at it (seen once in CI), which is not what this test is about.
+        "failureThreshold": 30,
     }
     return sts
 
@@ -53,7 +56,9 @@ def test_a_scale_up_waits_for_its_last_pod_and_moves_each_unit_once(
     spec = {
         "partitions": 12,
         "workloadRef": {"kind": "StatefulSet", "name": "gw"},
-        "rebalance": {"interval": "1s", "handoffTimeout": "60s"},
+        # Longer than the default, so that a slow start on a busy machine does not end the wait
+        # (the default is test_crds.py's to check).
+        "rebalance": {"interval": "1s", "handoffTimeout": "60s", "scaleUpWait": "2m"},
     }
     apply(kubectl, namespace, unit_set("PartitionSet", "grow", spec))
     wait_for(lambda: len(ready_pods(kubectl, namespace, "app=gw")) == 3, 90, "3 workers")
@@ -76,15 +81,16 @@ def test_a_scale_up_waits_for_its_last_pod_and_moves_each_unit_once(
     pods = [f"gw-{i}" for i in range(5)]
     after = wait_for(lambda: served(pods), 120, "12 units served over 5 pods")
 
+    new = ("gw-3", "gw-4")
     log = [o for o in ownership_log(dev_cluster, namespace, pods, SET) if o.time > scaled_at]
-    acquired = Counter(o.unit for o in log if o.action == "acquire")
-    moved = {u for u in after if after[u] != before[u]}
-    new_holdings = sum(1 for owner in after.values() if owner in ("gw-3", "gw-4"))
+    onto_new = [o for o in log if o.action == "acquire" and o.pod in new]
+    acquired = Counter(o.unit for o in onto_new)
     # The oracle: on a scale-up units only leave the old pods, so the fewest moves is what the
     # new pods hold in the end; a unit filled onto gw-3 and moved on to gw-4 would count twice.
-    assert sum(acquired.values()) == len(moved) == new_holdings
+    assert set(acquired) == {u for u, owner in after.items() if owner in new}
+    assert {u for u in after if after[u] != before[u]} == set(acquired)
     assert max(acquired.values()) == 1, f"a unit moved twice: {acquired}"
-    first_on_new = min(o.time for o in log if o.action == "acquire")
+    first_on_new = min(o.time for o in onto_new)
     assert first_on_new >= ready_since(kubectl, namespace, "gw-4"), (
         "a unit moved onto gw-3 before gw-4 was Ready: the scale-up was planned pod by pod"
     )
