@@ -1,5 +1,6 @@
 """The one controller loop both kinds run (`apportion.controllers.runtime`): back-off on failures,
-one immediate retry on a write conflict, wake-ups, deletion, and the shared pass rate limit."""
+one immediate retry on a write conflict, wake-ups, deletion, and the shared rate limit on
+retries (never on the first reaction to an event)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,16 @@ class Script:
         self.calls.append(f"finish deleted={deleted}")
 
 
-def fake_runtime() -> Any:
-    return SimpleNamespace(wakeups=Wakeups(), limiter=PassLimiter(), caches=lambda: ())
+def fake_runtime(limiter: PassLimiter | None = None) -> Any:
+    return SimpleNamespace(wakeups=Wakeups(), limiter=limiter or PassLimiter(), caches=lambda: ())
+
+
+def drained(wait: float) -> PassLimiter:
+    """A bucket that other objects' retries have emptied: the next token comes in `wait` s."""
+    now = [0.0]
+    limiter = PassLimiter(rate=1.0 / wait, burst=1, clock=lambda: now[0])
+    limiter.delay()
+    return limiter
 
 
 @pytest.fixture
@@ -127,3 +136,37 @@ def test_the_pass_limiter_lets_a_burst_through_then_paces_at_its_rate() -> None:
     now[0] = 10.0  # refilled, never beyond the burst
     assert [limiter.delay() for _ in range(3)] == [0.0, 0.0, 0.0]
     assert limiter.delay() > 0
+
+
+async def test_an_event_runs_a_pass_at_once_whatever_the_retry_bucket_holds() -> None:
+    # client-go rate-limits requeues, not the first reaction to an event: one set's pod
+    # deletion must not queue behind a thousand other sets' passes.
+    runtime = fake_runtime(drained(wait=3600.0))
+    never = asyncio.Event()
+    script = Script([3600.0, 3600.0, 3600.0], never)
+    task = asyncio.ensure_future(run_loop(runtime, script, never))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    runtime.wakeups.notify(KEY)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert script.calls.count("pass") == 2
+    runtime.wakeups.gone(KEY)
+    await asyncio.wait_for(task, 5)
+
+
+async def test_a_retry_waits_for_the_shared_bucket_when_it_is_slower_than_the_backoff(
+    quick_retries: None,
+) -> None:
+    runtime = fake_runtime(drained(wait=7.0))
+    never = asyncio.Event()
+    script = Script([RuntimeError("API server unreachable")], never)
+    task = asyncio.ensure_future(run_loop(runtime, script, never))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    # Back-off alone would retry after 1 ms; the bucket, emptied by others, has its next token
+    # in 7 s.
+    assert script.retry_delays == [pytest.approx(7.0)]
+    assert script.calls.count("pass") == 1
+    runtime.wakeups.gone(KEY)
+    await asyncio.wait_for(task, 5)

@@ -20,9 +20,12 @@ which pauses only kopf's own handlers.
 pass's own wake-up time comes, or the resync period ends. Failed passes are retried with a
 per-object exponential back-off (2 s doubling to 5 min, reset by a success: client-go's
 `ItemExponentialFailureRateLimiter`); a write conflict is retried at once the first time (another
-writer was first: decide again), then backs off too. Passes of all objects together are held to a
-token bucket (`PassLimiter`: client-go's `BucketRateLimiter`, 10 per second, bursts of 100), so a
-flood of events costs the API server a bounded rate of writes.
+writer was first: decide again), then backs off too. Those retries of all objects together are
+also held to a token bucket (`PassLimiter`: client-go's `BucketRateLimiter`, 10 per second, bursts
+of 100, taken with the back-off as its `MaxOfRateLimiter` does), so a failing API server is not
+hammered. As in client-go, the bucket is for rate-limited requeues only: the first reaction to an
+event and a pass whose own time has come never queue behind other objects' passes, or one set's
+pod deletion would wait for the timer passes of a thousand others.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -68,7 +71,7 @@ def backoff(failures: int) -> float:
 
 
 class PassLimiter:
-    """A token bucket over every object's passes (client-go's `BucketRateLimiter`)."""
+    """A token bucket over every object's retries (client-go's `BucketRateLimiter`)."""
 
     def __init__(
         self,
@@ -265,15 +268,7 @@ ReconcilerFactory = Callable[[dict[str, Any], "Runtime"], Reconciler]
 """Builds the reconciler of one object from its body."""
 
 
-class Stopping(Protocol):
-    """When to stop: kopf's `DaemonStopped`, or an asyncio.Event in tests."""
-
-    def is_set(self) -> bool: ...
-
-    def wait(self) -> Awaitable[Any]: ...
-
-
-async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: Stopping) -> None:
+async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: asyncio.Event) -> None:
     """Pass after pass until `stopped` is set or the object is deleted."""
     wakeups, key = runtime.wakeups, reconciler.key
     failures = conflicts = 0
@@ -283,7 +278,6 @@ async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: Stopping) 
     try:
         while not stopped.is_set() and not wakeups.is_gone(key):
             seen = wakeups.tick(key)
-            await runtime.limiter.acquire()
             reconciler.outcome = "unchanged"
             started = time.perf_counter()
             wake_at: float | None
@@ -305,13 +299,14 @@ async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: Stopping) 
                 reconciler.forget()
                 conflicts += 1
                 if conflicts == 1:
+                    await runtime.limiter.acquire()
                     continue
-                wake_at = time.time() + backoff(conflicts - 1)
+                wake_at = time.time() + max(backoff(conflicts - 1), runtime.limiter.delay())
             except Exception as error:
                 _count(reconciler, "failed", started, telemetry.error_reason(error))
                 reconciler.logger.exception("Pass failed; retrying")
                 failures += 1
-                delay = backoff(failures)
+                delay = max(backoff(failures), runtime.limiter.delay())
                 wake_at = time.time() + delay
                 await reconciler.failed(error, delay)
             timeout = min(resync_at, wake_at if wake_at is not None else math.inf) - time.time()
