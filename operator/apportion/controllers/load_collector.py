@@ -37,6 +37,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import aiohttp
 import httpx2
@@ -486,14 +487,27 @@ class MetricsCollector:
         if now - self._pruned < min(self._idle_ttl, 60.0):
             return
         self._pruned = now
-        for table in (self._targets, self._namespaces, self._members):
-            for key in [k for k, v in table.items() if now - v.used > self._idle_ttl]:
-                entry = table.pop(key)
-                task = getattr(entry, "task", None)
-                if task is not None:
-                    task.cancel()
+        _evict_idle(self._targets, now, self._idle_ttl)
+        _evict_idle(self._namespaces, now, self._idle_ttl)
+        _evict_idle(self._members, now, self._idle_ttl)
         for key in [k for k, (_, used) in self._sets.items() if now - used > self._idle_ttl]:
             del self._sets[key]
+
+
+class _Entry(Protocol):
+    used: float
+
+
+_Key = TypeVar("_Key")
+_E = TypeVar("_E", bound=_Entry)
+
+
+def _evict_idle(table: dict[_Key, _E], now: float, ttl: float) -> None:
+    """Drop the entries unused for longer than `ttl`, cancelling their scrape or listing."""
+    for key in [k for k, v in table.items() if now - v.used > ttl]:
+        task = getattr(table.pop(key), "task", None)
+        if task is not None:
+            task.cancel()
 
 
 class _ScrapeError(Exception):

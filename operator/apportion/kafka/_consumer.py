@@ -37,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
@@ -374,7 +375,7 @@ class PartitionConsumer:
         for partition, offset in self.positions.items():
             self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
-    async def _resume_offsets(self, partitions: set[int]) -> dict[int, int]:
+    async def _resume_offsets(self, partitions: AbstractSet[int]) -> dict[int, int]:
         """The committed offset of each partition, its beginning when it has none."""
         from aiokafka import TopicPartition
 
@@ -387,7 +388,7 @@ class PartitionConsumer:
             offsets.update({tp.partition: beginnings[tp] for tp in missing})
         return {p: int(o) for p, o in offsets.items() if o is not None}
 
-    async def _commit(self, partitions: set[int]) -> set[int]:
+    async def _commit(self, partitions: AbstractSet[int]) -> set[int]:
         """Commits what was handled of `partitions`; returns those the lease refused."""
         from aiokafka import TopicPartition
 
