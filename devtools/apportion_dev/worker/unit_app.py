@@ -121,7 +121,7 @@ class LoadProfile:
                 return self.value
             case "zipf":
                 rank = int(unit) + 1 if unit.isdecimal() else 1
-                return ZIPF_SCALE / rank**self.value
+                return ZIPF_SCALE / math.pow(rank, self.value)
             case "units":
                 return self.units.get(unit, self.value)
             case "requests":
@@ -551,16 +551,17 @@ class DemoWorker:
             self.in_flight[unit] -= 1
             async with self._idle:
                 self._idle.notify_all()
-        body = {
-            "key": key,
-            "unit": unit,
-            "pod": w.pod_name,
-            "token": token,
-            "epoch": epoch,
-            "count": value,
-            "time": served_at,
-        }
-        return web.json_response(body)
+        return web.json_response(
+            {
+                "key": key,
+                "unit": unit,
+                "pod": w.pod_name,
+                "token": token,
+                "epoch": epoch,
+                "count": value,
+                "time": served_at,
+            }
+        )
 
     async def handle_units(self, request: web.Request) -> web.Response:
         w = self.worker
