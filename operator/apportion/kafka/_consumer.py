@@ -43,7 +43,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from apportion.api.assignment import unit_order
-from apportion.worker import Worker
+from apportion.worker import Hooks, Worker
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -104,7 +104,8 @@ class PartitionConsumer:
 
     `handle(record)` is awaited for each record, one at a time. `consumer_options` go to
     `aiokafka.AIOKafkaConsumer` (security, fetch sizes); `worker_options` to
-    `apportion.worker.Worker` (namespace, pod_name, port, client, ...). `listener` is told of
+    `apportion.worker.Worker` (namespace, pod_name, options, client; `hooks` with on_suspend and
+    on_resume to be told too). `listener` is told of
     every acquire, release, stop, suspend, resume and commit (`ConsumerListener`).
     """
 
@@ -129,18 +130,18 @@ class PartitionConsumer:
         self._bootstrap = bootstrap_servers
         self._consumer_options = dict(consumer_options or {})
         options = dict(worker_options or {})
-        self._also_on_suspend = options.pop("on_suspend", None)
-        self._also_on_resume = options.pop("on_resume", None)
-        self.worker = Worker(
-            "PartitionSet",
-            set_name,
+        # The application's own hooks: only suspend and resume mean anything beside ours.
+        extra: Hooks = options.pop("hooks", None) or Hooks()
+        self._also_on_suspend = extra.on_suspend
+        self._also_on_resume = extra.on_resume
+        hooks = Hooks(
             on_acquire=self._on_acquire,
             on_release=self._on_release,
             on_revoke=self._on_revoke,
             on_suspend=self._on_suspend,
             on_resume=self._on_resume,
-            **options,
         )
+        self.worker = Worker("PartitionSet", set_name, hooks, **options)
         self.positions: dict[int, int] = {}
         """Next offset to handle, per partition consumed."""
         self.committed: dict[int, int] = {}
