@@ -1,6 +1,6 @@
 """The operator's own Prometheus metrics (`apportion operator --metrics HOST:PORT` serves them at
 `/metrics`; docs/operations.md lists them). Workers' metrics are another thing: see
-`controllers.metrics`, which scrapes them.
+`controllers.load_collector`, which scrapes them.
 
 Every metric is defined here, once; the controllers record where they already compute the
 figure. Labels are bounded: `kind`, `namespace`, `set` per set, `member` only on the per-member
