@@ -12,7 +12,8 @@ setup: native-deps node-deps $(VENV)/.installed
 
 # libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
 # check tests; a no-op when present, a note when they cannot be installed (the kernel is then
-# skipped and the Python key path used; the health check tests skip, and fail under CI).
+# skipped and the Python key path used; the health check tests skip). Under CI (CI=true) a
+# missing one fails the setup instead.
 native-deps:
 	sh scripts/native-deps.sh
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from apportion.api.placement_table import TableMember, TableStats
 from apportion.engine.grains import (
+    ActivationScenario,
     PlacementContext,
     PlacementTable,
     Placer,
@@ -242,12 +243,14 @@ def balance(
         figures = [
             simulate_activations(
                 strategy,
-                members=100,
-                activations=10_000,
-                placers=placers,
-                rate=rate,
-                lifetime=lifetime,
-                seed=seed,
+                ActivationScenario(
+                    members=100,
+                    activations=10_000,
+                    placers=placers,
+                    rate=rate,
+                    lifetime=lifetime,
+                    seed=seed,
+                ),
             ).max_over_mean
             for seed in range(seeds)
         ]

@@ -209,62 +209,68 @@ def figures(
 # ------------------------------------------------------------------------------------ a run
 
 
-def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Figures]:
-    """One run of one side in its own namespace: the step figures."""
-    kubectl = cluster.kubectl
-    namespace = f"bp-{side}-{run}"
-    apportion = side == "apportion"
-    worker_namespace(kubectl, namespace)
-    names = entities()
-    shard_of = {e: str(locate([e], scheme="akka", count=SHARDS)[0].unit) for e in names}
-    sts = counter_app(classpath, java_options=JAVA_OPTIONS[side], own=not apportion)
-    state = Path(tempfile.mkdtemp(prefix="bench-pekko-"))
-    operator = Operator(cluster, namespace, state / "operator.log") if apportion else None
-    steps: list[Step] = []
-    begun: list[float] = []  # every step's start, the one that never became final too
-    traffic: Traffic | None = None
+def _ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", [])
+    return "deletionTimestamp" not in pod["metadata"] and any(
+        c["type"] == "Ready" and c["status"] == "True" for c in conditions
+    )
 
-    def read_pods() -> dict[str, dict[str, Any]]:
+
+def _fronts_of(pods: dict[str, dict[str, Any]]) -> list[str]:
+    """pk-0 and pk-1 while Ready and not terminating (messages enter the cluster there)."""
+    return [
+        f"http://{pods[p]['status']['podIP']}:8080"
+        for p in (f"{STS}-0", f"{STS}-1")
+        if p in pods and _ready(pods[p])
+    ]
+
+
+class _SideRun:
+    """One run of one side in its namespace: the steps taken so far and the traffic."""
+
+    def __init__(self, kubectl: Any, side: str, run: int) -> None:
+        self.kubectl = kubectl
+        self.side, self.run = side, run
+        self.namespace = f"bp-{side}-{run}"
+        self.apportion = side == "apportion"
+        self.names = entities()
+        self.steps: list[Step] = []
+        self.begun: list[float] = []  # every step's start, the one that never became final too
+        self.traffic: Traffic | None = None
+
+    def read_pods(self) -> dict[str, dict[str, Any]]:
         """pod → its object (a new dict each time: the senders' threads read them too)."""
-        return {p["metadata"]["name"]: p for p in get(kubectl, namespace, "pods")["items"]}
+        return {
+            p["metadata"]["name"]: p for p in get(self.kubectl, self.namespace, "pods")["items"]
+        }
 
-    def ready(pod: dict[str, Any]) -> bool:
-        conditions = pod.get("status", {}).get("conditions", [])
-        return "deletionTimestamp" not in pod["metadata"] and any(
-            c["type"] == "Ready" and c["status"] == "True" for c in conditions
-        )
-
-    def fronts_of(pods: dict[str, dict[str, Any]]) -> list[str]:
-        """pk-0 and pk-1 while Ready and not terminating (messages enter the cluster there)."""
-        return [
-            f"http://{pods[p]['status']['podIP']}:8080"
-            for p in (f"{STS}-0", f"{STS}-1")
-            if p in pods and ready(pods[p])
-        ]
-
-    def fronts() -> list[str]:
-        return fronts_of(read_pods())
+    def fronts(self) -> list[str]:
+        return _fronts_of(self.read_pods())
 
     def final(
-        step: Step, members: set[str], old_uids: dict[str, str], killed: tuple[str, int] | None
+        self,
+        step: Step,
+        members: set[str],
+        old_uids: dict[str, str],
+        killed: tuple[str, int] | None,
     ) -> bool:
-        pods = read_pods()
+        pods = self.read_pods()
         now = time.time()
-        if set(pods) != members or not all(ready(p) for p in pods.values()):
+        if set(pods) != members or not all(_ready(p) for p in pods.values()):
             return False
         if any(pods[p]["metadata"]["uid"] == uid for p, uid in old_uids.items()):
             return False
         if killed is not None:
             try:
-                if worker_pid(namespace, killed[0], b"CounterApp") == killed[1]:
+                if worker_pid(self.namespace, killed[0], b"CounterApp") == killed[1]:
                     return False
             except LookupError:
                 return False
         if step.ready < 0:
             step.ready = now
         wanted = None
-        if apportion:
-            table = read_table(kubectl, namespace, "ShardSet", SET)
+        if self.apportion:
+            table = read_table(self.kubectl, self.namespace, "ShardSet", SET)
             if table is None or table.releasing():
                 return False
             wanted = {m: set(u) for m, u in table.by_member().items() if u}
@@ -272,7 +278,7 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
                 return False
             if step.table < 0:
                 step.table = now
-        urls = fronts_of(pods)
+        urls = _fronts_of(pods)
         status, body = fetch(f"{urls[0]}/view", timeout=10) if urls else (0, "")
         if status != 200:
             return False
@@ -282,11 +288,12 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
             return False
         if len(set().union(*view.values())) != SHARDS or (wanted and view != wanted):
             return False
-        assert traffic is not None
-        answered = {r["entity"] for r in list(traffic.replies) if r["first_sent"] > step.start}
-        return answered == set(names)
+        assert self.traffic is not None
+        answered = {r["entity"] for r in list(self.traffic.replies) if r["first_sent"] > step.start}
+        return answered == set(self.names)
 
     def step(
+        self,
         name: str,
         action: Callable[[], Any],
         members: set[str],
@@ -294,12 +301,12 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
         killed: tuple[str, int] | None = None,
     ) -> None:
         current = Step(name, time.time())
-        begun.append(current.start)
+        self.begun.append(current.start)
         action()
         first = None
         deadline = time.monotonic() + 300
         while True:
-            ok = final(current, members, old_uids or {}, killed)
+            ok = self.final(current, members, old_uids or {}, killed)
             now = time.time()
             if ok and first is None:
                 first = now
@@ -308,46 +315,49 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
             if first is not None and now - first >= CONFIRM:
                 break
             if time.monotonic() > deadline:
-                raise SystemExit(f"bench_pekko: {side} not final after {name}")
+                raise SystemExit(f"bench_pekko: {self.side} not final after {name}")
             time.sleep(0.3)
         current.end = first
-        steps.append(current)
+        self.steps.append(current)
         print(
-            f"  run {run} {side:<12} {name:<16} final after {first - current.start:6.1f} s",
+            f"  run {self.run} {self.side:<12} {name:<16} "
+            f"final after {first - current.start:6.1f} s",
             flush=True,
         )
         time.sleep(SETTLE_MARGIN)
 
-    try:
+    def begin(self, sts: Any) -> None:
+        kubectl, namespace = self.kubectl, self.namespace
+        apply(kubectl, namespace, sts)
+        if self.apportion:
+            spec = {
+                "shards": SHARDS,
+                "workloadRef": {"kind": "StatefulSet", "name": STS},
+                "rebalance": {
+                    "interval": "1s",
+                    "handoffTimeout": "60s",
+                    "restartGrace": "60s",
+                },
+            }
+            apply(kubectl, namespace, unit_set("ShardSet", SET, spec))
+        # The senders need a front: pk-0 and pk-1 Ready (Up members).
+        wait_until(lambda: len(self.fronts()) == 2, 180, f"{self.side}: pk-0 and pk-1 Ready")
+        self.traffic = Traffic(self.fronts, self.names)
+        self.traffic.start()
 
-        def begin() -> None:
-            nonlocal traffic
-            apply(kubectl, namespace, sts)
-            if apportion:
-                spec = {
-                    "shards": SHARDS,
-                    "workloadRef": {"kind": "StatefulSet", "name": STS},
-                    "rebalance": {
-                        "interval": "1s",
-                        "handoffTimeout": "60s",
-                        "restartGrace": "60s",
-                    },
-                }
-                apply(kubectl, namespace, unit_set("ShardSet", SET, spec))
-            # The senders need a front: pk-0 and pk-1 Ready (Up members).
-            wait_until(lambda: len(fronts()) == 2, 180, f"{side}: pk-0 and pk-1 Ready")
-            traffic = Traffic(fronts, names)
-            traffic.start()
+    def scale(self, n: int) -> Callable[[], Any]:
+        return lambda: self.kubectl(
+            "scale", "-n", self.namespace, "statefulset", STS, f"--replicas={n}"
+        )
 
-        def scale(n: int) -> Callable[[], Any]:
-            return lambda: kubectl("scale", "-n", namespace, "statefulset", STS, f"--replicas={n}")
-
+    def all_steps(self, sts: Any) -> None:
+        kubectl, namespace = self.kubectl, self.namespace
         two = {f"{STS}-0", f"{STS}-1"}
-        step(STEPS[0], begin, {f"{STS}-{i}" for i in range(3)})
-        step(STEPS[1], scale(5), set(PODS))
-        step(STEPS[2], scale(2), two)
-        uids = {p: obj["metadata"]["uid"] for p, obj in read_pods().items()}
-        step(
+        self.step(STEPS[0], lambda: self.begin(sts), {f"{STS}-{i}" for i in range(3)})
+        self.step(STEPS[1], self.scale(5), set(PODS))
+        self.step(STEPS[2], self.scale(2), two)
+        uids = {p: obj["metadata"]["uid"] for p, obj in self.read_pods().items()}
+        self.step(
             STEPS[3],
             lambda: kubectl("rollout", "restart", "-n", namespace, "statefulset", STS),
             two,
@@ -356,19 +366,34 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
         # The survivor must hold the lowest address: with two members and one unreachable,
         # the Split Brain Resolver's keep-majority keeps the side of the lowest address
         # (host as a string, as Pekko's Member ordering compares them).
-        victim = max(two, key=lambda p: read_pods()[p]["status"]["podIP"])
+        victim = max(two, key=lambda p: self.read_pods()[p]["status"]["podIP"])
         pid = worker_pid(namespace, victim, b"CounterApp")
-        step(STEPS[4], lambda: os.kill(pid, signal.SIGKILL), two, killed=(victim, pid))
+        self.step(STEPS[4], lambda: os.kill(pid, signal.SIGKILL), two, killed=(victim, pid))
+
+
+def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Figures]:
+    """One run of one side in its own namespace: the step figures."""
+    kubectl = cluster.kubectl
+    this = _SideRun(kubectl, side, run)
+    namespace, steps = this.namespace, this.steps
+    worker_namespace(kubectl, namespace)
+    shard_of = {e: str(locate([e], scheme="akka", count=SHARDS)[0].unit) for e in this.names}
+    sts = counter_app(classpath, java_options=JAVA_OPTIONS[side], own=not this.apportion)
+    state = Path(tempfile.mkdtemp(prefix="bench-pekko-"))
+    operator = Operator(cluster, namespace, state / "operator.log") if this.apportion else None
+    try:
+        this.all_steps(sts)
     except SystemExit as error:
         # A step that never became final: the steps before it keep their figures (a run of
         # pekko-tuned lost four steps' figures to its SIGKILL step this way).
         print(f"  run {run} {side}: {error}", flush=True)
     finally:
         # The last step's window ends here, or where the step that never became final began.
+        begun = this.begun
         stopped = begun[len(steps)] if len(begun) > len(steps) else time.time()
-        if traffic is not None:
+        if this.traffic is not None:
             try:
-                traffic.stop()
+                this.traffic.stop()
             except AssertionError as error:
                 print(f"  run {run} {side}: {error}", flush=True)
         # The next side must not share the cores with this one's JVMs.
@@ -377,7 +402,7 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
         if operator is not None:
             operator.stop()
         kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-    if traffic is None:
+    if this.traffic is None:
         raise SystemExit(f"bench_pekko: {side} never sent a message")
     texts = [
         Path(cluster.pod_log_path(namespace, p)).read_text(errors="replace")
@@ -387,7 +412,7 @@ def run_side(cluster: Any, side: str, run: int, classpath: str) -> dict[str, Fig
     day = steps[0].start - steps[0].start % 86400
     return figures(
         steps,
-        traffic,
+        this.traffic,
         entity_log(cluster, namespace, PODS),
         shard_of,
         rounds(texts, day),

@@ -39,7 +39,7 @@ from apportion.api.assignment import (
 )
 from apportion.worker._lease import RENEWALS_PER_LEASE, boot_clock
 from apportion.worker._watch import AssignmentWatch
-from apportion.worker._worker import Worker
+from apportion.worker._worker import Worker, WorkerOptions
 from apportion_dev.devcluster import DevCluster
 
 NAMESPACE = "lease-bench"
@@ -112,7 +112,12 @@ async def cut_and_back(client: AsyncClient, api: int, rounds: int) -> None:
     await client.apply(pod, field_manager="bench", force=True)
     stops, backs = [], []
     worker = Worker(
-        "ShardSet", SET, namespace=NAMESPACE, pod_name="w-0", handle_signals=False, client=client
+        "ShardSet",
+        SET,
+        options=WorkerOptions(handle_signals=False),
+        namespace=NAMESPACE,
+        pod_name="w-0",
+        client=client,
     )
     await worker.start()
     try:

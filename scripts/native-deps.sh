@@ -1,6 +1,8 @@
 #!/bin/sh
-# Debian packages some builds and tests use; each is installed when missing and we can (root
-# with apt-get), else a note says what is left out. Never fails the setup; a no-op when present.
+# Debian packages some builds and tests use; each is installed when missing and we can (apt-get
+# as root, or through passwordless sudo), else a note says what is left out. Never fails the
+# setup, except under CI (CI=true), which leaves out nothing: there a missing package is an
+# error. A no-op when present.
 # - libxxhash-dev for the optional native key kernel (apportion.engine._keys), which links the
 #   system libxxhash; without it (or a C compiler) apportion uses its Python key path
 #   (apportion.engine.keys.NATIVE is False).
@@ -9,16 +11,33 @@
 #   and fail under CI.
 set -u
 
+as_root=""
+if [ "$(id -u)" != 0 ]; then
+    if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+        as_root="sudo -n"
+    else
+        as_root="none"
+    fi
+fi
+
 # apt_install WHAT PACKAGE...: quietly, refreshing the package lists only when the first try
-# fails; nothing without root or apt-get.
+# fails; nothing without root (or passwordless sudo) or apt-get.
 apt_install() {
-    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 0
+    [ "$as_root" != none ] && command -v apt-get >/dev/null 2>&1 || return 0
     what=$1
     shift
     echo "native-deps: installing $* for $what"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq "$@" >/dev/null 2>&1 \
-        || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+    $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null 2>&1 \
+        || { $as_root apt-get update -qq \
+            && $as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }
+}
+
+missing=""
+# left_out WHAT: a note, and under CI an error at the end.
+left_out() {
+    echo "native-deps: note: $1" >&2
+    missing="$missing
+  $1"
 }
 
 header=/usr/include/xxhash.h
@@ -26,12 +45,11 @@ skipped="the native key kernel will be skipped (apportion uses its Python key pa
 if [ ! -f "$header" ]; then
     apt_install "the native key kernel" libxxhash-dev
     if [ ! -f "$header" ]; then
-        echo "native-deps: note: $header is missing (apt-get install libxxhash-dev as root);" \
-            "$skipped" >&2
+        left_out "$header is missing (apt-get install libxxhash-dev as root); $skipped"
     fi
 fi
 if ! command -v cc >/dev/null 2>&1; then
-    echo "native-deps: note: no C compiler (cc); $skipped" >&2
+    left_out "no C compiler (cc); $skipped"
 fi
 
 have_lua() {
@@ -40,8 +58,12 @@ have_lua() {
 if ! have_lua; then
     apt_install "the Argo CD health check tests" lua5.1 lua-dkjson
     if ! have_lua; then
-        echo "native-deps: note: lua5.1 or lua-dkjson is missing (apt-get install lua5.1" \
-            "lua-dkjson as root); tests/unit/test_argocd_health.py will skip (fail under CI)" >&2
+        left_out "lua5.1 or lua-dkjson is missing (apt-get install lua5.1 lua-dkjson as root);\
+ tests/unit/test_argocd_health.py will skip (fail under CI)"
     fi
+fi
+if [ -n "$missing" ] && [ "${CI:-}" = true ]; then
+    echo "native-deps: CI=true builds and tests everything, but these are missing:$missing" >&2
+    exit 1
 fi
 exit 0

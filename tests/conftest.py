@@ -10,7 +10,7 @@ cannot run and says so in one line; under CI it leaves out nothing and fails ins
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import prebuild
@@ -62,6 +62,37 @@ def pytest_terminal_summary(
     line = config.stash.get(LEFT_OUT, None)
     if line:
         terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    fail_skips_under_ci(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    report = yield
+    fail_skips_under_ci(report)
+    return report
+
+
+def fail_skips_under_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Under CI (CI=true) nothing is left out: a skip (pytest.skip, skipif, importorskip, a
+    module skipped whole) or an xfail is a failure saying what would have been left out."""
+    if os.environ.get("CI") != "true" or not report.skipped:
+        return
+    what = "xfail" if hasattr(report, "wasxfail") else "skip"
+    reason = getattr(report, "wasxfail", None) or (
+        report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    )
+    report.outcome = "failed"
+    report.longrepr = f"CI=true runs everything, but this would {what}: {reason}"
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -121,13 +120,13 @@ def start_and_kill(state_dir: Path, nodes: int) -> None:
 
 
 @pytest.fixture
-def no_real_node_yet() -> Iterator[dict[str, object]]:
+def no_real_node_yet() -> dict[str, object]:
     before = machine_state()
     assert not any(before["processes"].values()), (  # type: ignore[union-attr]
         "a real node already runs on this machine; this test must run before the session's "
         f"real node starts: {before['processes']}"
     )
-    yield before
+    return before
 
 
 def test_stop_after_sigkill_puts_the_machine_back(

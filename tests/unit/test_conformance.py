@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -172,28 +173,10 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
     results = []
     for step in case["steps"]:
         did: dict[str, Any] = {"stop": [], "release": [], "acquire": {}, "reshape": None}
-        if "table" in step:
-            did["handled"] = state.receive(from_document(step["table"]))
-        elif "found" in step:
-            state.ack_written(Ack.from_annotation(json.dumps(step["found"])))
-        elif step.get("signal") == "resumed":
-            state.resumed(step["suspendedFor"])
-        elif "signal" in step:
-            assert step["signal"] == "drain"
-            state.start_draining()
-        for unit in step.get("complete", []):
-            for kind in running.pop(unit):
-                finish[kind](unit)
-        for unit in step.get("fail", []):
-            if running[unit] == ["release"]:  # retried by the worker: still running
-                state.release_failed({unit}, "callback failed")
-            else:
-                assert running.pop(unit) == ["acquire"]
-                finish["fail"](unit)
-        for unit in step.get("retry", []):
-            if not state.retry_wanted({unit}):  # taken away: given up, stopped below
-                state.release_abandoned({unit})
-                assert running.pop(unit) == ["release"]
+        handled = _feed(state, step)
+        if handled is not None:
+            did["handled"] = handled
+        _end_callbacks(state, step, running, finish)
         while (transition := state.next_transition()) is not None:
             did["stop"] += sorted(transition.stop)
             did["release"] += sorted(transition.release)
@@ -226,6 +209,43 @@ def run_worker(case: dict[str, Any]) -> list[dict[str, Any]]:
         did["drained"] = state.drained()
         results.append(did)
     return results
+
+
+def _feed(state: WorkerState, step: dict[str, Any]) -> bool | None:
+    """Give the step's input (a table, an ack found, a signal) to `state`; what it answered
+    to a table, else None."""
+    if "table" in step:
+        return state.receive(from_document(step["table"]))
+    if "found" in step:
+        state.ack_written(Ack.from_annotation(json.dumps(step["found"])))
+    elif step.get("signal") == "resumed":
+        state.resumed(step["suspendedFor"])
+    elif "signal" in step:
+        assert step["signal"] == "drain"
+        state.start_draining()
+    return None
+
+
+def _end_callbacks(
+    state: WorkerState,
+    step: dict[str, Any],
+    running: dict[str, list[str]],
+    finish: Mapping[str, Callable[[str], object]],
+) -> None:
+    """The paused callbacks the step completes, fails or retries."""
+    for unit in step.get("complete", []):
+        for kind in running.pop(unit):
+            finish[kind](unit)
+    for unit in step.get("fail", []):
+        if running[unit] == ["release"]:  # retried by the worker: still running
+            state.release_failed({unit}, "callback failed")
+        else:
+            assert running.pop(unit) == ["acquire"]
+            finish["fail"](unit)
+    for unit in step.get("retry", []):
+        if not state.retry_wanted({unit}):  # taken away: given up, stopped below
+            state.release_abandoned({unit})
+            assert running.pop(unit) == ["release"]
 
 
 @pytest.mark.parametrize("path", WORKER_CASES, ids=lambda p: p.stem)

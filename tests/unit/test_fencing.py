@@ -5,6 +5,7 @@ hypothesis property against an in-memory model, and the guards of the API."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import random
@@ -77,7 +78,7 @@ def test_conformance_case(postgres: PostgresServer, path: Path) -> None:
 
 @pytest.mark.parametrize("path", CASES, ids=lambda p: p.stem)
 async def test_conformance_case_async(postgres: PostgresServer, path: Path) -> None:
-    case = json.loads(path.read_text())
+    case = json.loads(await asyncio.to_thread(path.read_text))
     dsn = postgres.create_database("conformance")
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         await conn.execute(DATA)
@@ -404,9 +405,14 @@ def test_a_write_refuses_an_open_transaction_and_a_missing_token(race_dsn: str) 
 def test_a_write_in_autocommit_mode_is_one_transaction(race_dsn: str) -> None:
     with psycopg.connect(race_dsn, autocommit=True) as conn, psycopg.connect(race_dsn) as other:
         fence = Fence(conn, "autocommit")
-        with pytest.raises(psycopg.errors.DivisionByZero), fence.write("0", 2) as cur:
-            cur.execute(RECORD, ("0", 2))
-            cur.execute(FAIL)
+
+        def record_then_fail() -> None:
+            with fence.write("0", 2) as cur:
+                cur.execute(RECORD, ("0", 2))
+                cur.execute(FAIL)
+
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            record_then_fail()
         assert other.execute("SELECT count(*) FROM accepted").fetchone() == (0,)
         other.commit()
         with fence.write("0", 1) as cur:

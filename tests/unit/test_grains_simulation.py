@@ -8,6 +8,7 @@ import random
 import pytest
 
 from apportion.engine.grains import (
+    ActivationScenario,
     LoadModel,
     PlacementContext,
     PlacementTable,
@@ -23,9 +24,11 @@ SEEDS = range(10)
 def test_power_of_two_with_stale_statistics_beats_random(seed: int) -> None:
     # 10k activations on 100 members, statistics published once a second, 8 placing members
     # each with its own optimistic increments (bench/bench_grains.py prints the full sweep).
-    scenario = {"members": 100, "activations": 10_000, "placers": 8, "rate": 1000.0, "seed": seed}
-    p2c = simulate_activations({"name": "ActivationCountBased"}, **scenario)
-    rand = simulate_activations({"name": "Random"}, **scenario)
+    scenario = ActivationScenario(
+        members=100, activations=10_000, placers=8, rate=1000.0, seed=seed
+    )
+    p2c = simulate_activations({"name": "ActivationCountBased"}, scenario)
+    rand = simulate_activations({"name": "Random"}, scenario)
     assert p2c.placements == rand.placements == 10_000
     assert sum(p2c.counts.values()) == 10_000
     # Balls into bins: 100 per member, sd 10. Random's fullest of 100 members stays below
@@ -40,9 +43,10 @@ def test_power_of_two_with_stale_statistics_beats_random(seed: int) -> None:
 
 
 def test_the_same_seed_gives_the_same_run() -> None:
-    a = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=3)
-    b = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=3)
-    c = simulate_activations({"name": "ActivationCountBased"}, activations=2000, seed=4)
+    spec = {"name": "ActivationCountBased"}
+    a = simulate_activations(spec, ActivationScenario(activations=2000, seed=3))
+    b = simulate_activations(spec, ActivationScenario(activations=2000, seed=3))
+    c = simulate_activations(spec, ActivationScenario(activations=2000, seed=4))
     assert a == b
     assert a.counts != c.counts
 
@@ -51,12 +55,9 @@ def test_the_same_seed_gives_the_same_run() -> None:
 def test_activations_end_after_their_lifetime(seed: int) -> None:
     result = simulate_activations(
         {"name": "Random"},
-        members=10,
-        placers=2,
-        activations=5000,
-        rate=500.0,
-        lifetime=2.0,
-        seed=seed,
+        ActivationScenario(
+            members=10, placers=2, activations=5000, rate=500.0, lifetime=2.0, seed=seed
+        ),
     )
     # Steady state: rate x lifetime = ~1000 active (Poisson: sd ~32, the bounds are ~5 sd).
     assert 850 <= sum(result.counts.values()) <= 1150
@@ -68,10 +69,7 @@ def test_failed_placements_are_counted_not_raised() -> None:
     # the table says so, load-aware placement fails.
     result = simulate_activations(
         {"name": "ActivationCountBased"},
-        members=4,
-        placers=1,
-        activations=2000,
-        rate=100.0,
+        ActivationScenario(members=4, placers=1, activations=2000, rate=100.0),
         load=LoadModel(cpu_per_activation=10.0),
     )
     assert result.failures > 0
@@ -90,7 +88,7 @@ def test_a_factory_can_stand_in_for_a_spec() -> None:
         def place(self, grain_id: str, ctx: PlacementContext) -> str:
             return self.names[0]
 
-    result = simulate_activations(First, members=5, placers=5, activations=100)
+    result = simulate_activations(First, ActivationScenario(members=5, placers=5, activations=100))
     assert result.counts["member-0"] == 100
     assert result.max_over_mean == 5.0
     assert result.label == "First"
@@ -100,11 +98,9 @@ def test_a_factory_can_stand_in_for_a_spec() -> None:
 def test_filters_apply_in_the_simulation() -> None:
     result = simulate_activations(
         {"name": "Random"},
+        ActivationScenario(members=10, placers=1, activations=500),  # placer member-0, zone a
         filters=[{"type": "RequiredMatch", "keys": ["zone"]}],
         labels=lambda i: {"zone": "a" if i < 5 else "b"},
-        members=10,
-        placers=1,  # member-0, in zone a
-        activations=500,
     )
     assert all(result.counts[f"member-{i}"] == 0 for i in range(5, 10))
 
@@ -113,8 +109,8 @@ def test_filters_apply_in_the_simulation() -> None:
     "kwargs", [{"members": 0}, {"placers": 0}, {"placers": 200}, {"rate": 0.0}, {"lifetime": 0.0}]
 )
 def test_bad_scenarios_are_rejected(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
-        simulate_activations({"name": "Random"}, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"need members|must be > 0"):
+        ActivationScenario(**kwargs)  # type: ignore[arg-type]
 
 
 def test_max_over_mean() -> None:
@@ -131,11 +127,13 @@ def test_resource_optimized_accounting_stops_bursts_piling_up(
     # Orleans scores the published statistics until the next table, so a burst within one
     # second piles onto the local and the best sampled members; counting our own placements
     # into the estimates spreads it (bench/bench_grains.py prints the full sweep).
-    scenario = {"members": 100, "activations": 10_000, "placers": placers, "rate": rate}
-    orleans = simulate_activations(
-        {"name": "ResourceOptimized", "optimisticAccounting": False}, **scenario, seed=seed
+    scenario = ActivationScenario(
+        members=100, activations=10_000, placers=placers, rate=rate, seed=seed
     )
-    ours = simulate_activations({"name": "ResourceOptimized"}, **scenario, seed=seed)
+    orleans = simulate_activations(
+        {"name": "ResourceOptimized", "optimisticAccounting": False}, scenario
+    )
+    ours = simulate_activations({"name": "ResourceOptimized"}, scenario)
     assert orleans.placements == ours.placements == 10_000
     # A burst of a second's activations (1000+) on a few members of 100 is several times the
     # mean of 100, whatever the seed; spreading it keeps the fullest near the mean.

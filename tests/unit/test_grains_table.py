@@ -101,5 +101,5 @@ def test_from_dict_reads_the_camel_case_table() -> None:
     [{"cpu_usage": -1.0}, {"activation_count": -1}, {"available_memory": -5}, {"cpu_count": 0}],
 )
 def test_impossible_statistics_are_rejected(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"validation error for TableStats"):
         TableStats(**kwargs)  # type: ignore[arg-type]

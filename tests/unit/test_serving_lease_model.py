@@ -58,6 +58,29 @@ confirmations = st.builds(
 )
 
 
+@dataclass(frozen=True)
+class OperatorSide:
+    """How the operator learns that the release committed: the writer stamps `since` on its
+    clock and learns of the commit when its write is answered; or a standby with its own clock
+    first reads the table at a failover."""
+
+    writer_clock: Clock
+    standby_clock: Clock
+    stamped_before: float  # `since` stamped this long before the commit
+    write_answered_after: float
+    failover_after: float | None
+
+
+operator_sides = st.builds(
+    OperatorSide,
+    clocks,
+    clocks,
+    st.floats(0, 5),
+    st.floats(0, 10),
+    st.one_of(st.none(), st.floats(0, 200)),
+)
+
+
 def released(since: float, epoch: int = 2) -> AssignmentTable:
     units = {"0": UnitState(A.name, 1, Release(B.name, since, epoch))}
     return AssignmentTable(REF, 1, "akka", 1, epoch, (A, B), units)
@@ -86,33 +109,27 @@ def reassigned_at(table: AssignmentTable, clock: Clock, known: float, start: flo
 @given(
     lease_share=st.floats(0.05, 0.5),
     worker_clock=clocks,
-    writer_clock=clocks,
-    standby_clock=clocks,
     published=st.floats(0, 200),  # P: the release's table committed
-    stamped_before=st.floats(0, 5),  # `since` stamped this long before the commit
-    write_answered_after=st.floats(0, 10),
-    failover_after=st.one_of(st.none(), st.floats(0, 200)),
+    operator=operator_sides,
     sends=st.lists(confirmations, max_size=40),
     paused=st.one_of(st.none(), st.tuples(st.floats(0, 300), st.floats(0, 300))),
 )
 def test_the_worker_stops_before_the_operator_may_reassign(
     lease_share: float,
     worker_clock: Clock,
-    writer_clock: Clock,
-    standby_clock: Clock,
     published: float,
-    stamped_before: float,
-    write_answered_after: float,
-    failover_after: float | None,
+    operator: OperatorSide,
     sends: list[Confirmation],
     paused: tuple[float, float] | None,
 ) -> None:
+    writer_clock, standby_clock = operator.writer_clock, operator.standby_clock
+    stamped_before, failover_after = operator.stamped_before, operator.failover_after
+    write_answered_after = operator.write_answered_after
     lease_seconds = lease_share * T
     stop_time = T * (1 - RHO) - lease_seconds * (1 + RHO)  # S: the most the inequality allows
     assume(stop_time >= 0)
 
-    # The operator: the writer stamps `since` on its clock, learns of the commit when its write
-    # is answered; or a standby with its own clock first reads the table at the failover.
+    # The operator (OperatorSide).
     table = released(writer_clock.at(published - stamped_before))
     if failover_after is None:
         known_at = published + write_answered_after

@@ -18,7 +18,7 @@ from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, theirs
 from apportion.api.assignment import AssignmentTable
 from apportion.api.worker_metrics import WorkerMetrics
 from apportion.worker._lease import boot_clock
-from apportion.worker._worker import Worker
+from apportion.worker._worker import Hooks, Worker, WorkerOptions
 
 LEASE = 0.4  # seconds: confirmations every 0.1 s
 
@@ -83,14 +83,16 @@ async def started(api: CutOffApi, record: Record, clock: Clock) -> Worker:
     worker = Worker(
         "PartitionSet",
         "orders",
+        Hooks(
+            on_acquire=record.callback("acquire"),
+            on_release=record.callback("release"),
+            on_revoke=record.callback("revoke"),
+            on_suspend=record.callback("suspend"),
+            on_resume=record.callback("resume"),
+        ),
+        options=WorkerOptions(handle_signals=False),
         namespace="ns",
         pod_name=ME.name,
-        on_acquire=record.callback("acquire"),
-        on_release=record.callback("release"),
-        on_revoke=record.callback("revoke"),
-        on_suspend=record.callback("suspend"),
-        on_resume=record.callback("resume"),
-        handle_signals=False,
         client=api,  # type: ignore[arg-type]
     )
     worker._lease.clock = clock
@@ -217,11 +219,9 @@ async def test_readyz_tells_whether_the_worker_serves(status: int) -> None:
     worker = Worker(
         "PartitionSet",
         "orders",
+        options=WorkerOptions(port=port, host="127.0.0.1", handle_signals=False),
         namespace="ns",
         pod_name=ME.name,
-        port=port,
-        host="127.0.0.1",
-        handle_signals=False,
         client=api,  # type: ignore[arg-type]
     )
     worker._lease.clock = clock

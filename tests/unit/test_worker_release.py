@@ -24,7 +24,7 @@ from apportion.api.assignment import (
 )
 from apportion.api.worker_metrics import RELEASE_FAILURES, WorkerMetrics
 from apportion.worker import _worker as worker_module
-from apportion.worker._worker import Worker
+from apportion.worker._worker import Hooks, Worker, WorkerOptions
 
 REF = ResourceRef("PartitionSet", "ns", "orders", "set-uid")
 ME = Incarnation("w-0", "uid-0")
@@ -137,12 +137,14 @@ async def started(api: FakeApi, callbacks: Callbacks) -> Worker:
     worker = Worker(
         "PartitionSet",
         "orders",
+        Hooks(
+            on_acquire=callbacks.on_acquire,
+            on_release=callbacks.on_release,
+            on_revoke=callbacks.on_revoke,
+        ),
+        options=WorkerOptions(handle_signals=False),
         namespace="ns",
         pod_name=ME.name,
-        on_acquire=callbacks.on_acquire,
-        on_release=callbacks.on_release,
-        on_revoke=callbacks.on_revoke,
-        handle_signals=False,
         client=api,  # type: ignore[arg-type]
     )
     await worker.start(timeout=5)

@@ -355,14 +355,14 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
                     check=False,
                 )
         _say("stopping the operator")
-        process = operator.process
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+        running = operator.process
+        if running is not None and running.poll() is None:
+            running.send_signal(signal.SIGTERM)
             try:
-                process.wait(timeout=20)
+                running.wait(timeout=20)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                running.kill()
+                running.wait()
         if output is not None:
             output.close()
 

@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
-    from apportion_dev.worker.unit_app import DemoWorker
+    from apportion_dev.worker.unit_app import Behaviour, DemoWorker
 
     demo = DemoWorker(
         args.kind,
@@ -130,10 +130,12 @@ async def _unit_mode(args: argparse.Namespace, profile: LoadProfile) -> None:
         port=args.port,
         host=args.host,
         namespace=args.namespace,
-        profile=profile,
-        release_delay=args.release_delay,
-        work_time=args.work_time,
-        burn_millicores=args.burn_cpu,
+        behaviour=Behaviour(
+            profile=profile,
+            release_delay=args.release_delay,
+            work_time=args.work_time,
+            burn_millicores=args.burn_cpu,
+        ),
         postgres=args.postgres,
     )
     await demo.run()

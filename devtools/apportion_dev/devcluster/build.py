@@ -91,7 +91,8 @@ def build_stamp(versions: ModuleVersions, module: Path) -> dict[str, object]:
 
 def read_stamp(directory: Path) -> dict[str, object] | None:
     try:
-        return json.loads((directory / STAMP_FILE).read_text())
+        stamp: dict[str, object] = json.loads((directory / STAMP_FILE).read_text())
+        return stamp
     except (OSError, ValueError):
         return None
 

@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from apportion_dev.devcluster import pki, processes
 from apportion_dev.devcluster.build import Progress, ensure_built
@@ -424,7 +425,9 @@ def _start_processes(
             token=token,
             ca_file=layout.ca_file,
         )
-        return bool(nodes and nodes["items"]) and all(_node_ready(n) for n in nodes["items"])
+        if not nodes:
+            return False
+        return bool(nodes["items"]) and all(_node_ready(n) for n in nodes["items"])
 
     if real_node:
         _apply(bin_dir, layout.kubeconfig, node.metrics_server_manifest())
@@ -450,7 +453,9 @@ def _metrics_api_available(server: str, token: str, ca_file: Path) -> bool:
         token=token,
         ca_file=ca_file,
     )
-    return bool(service) and any(
+    if not service:
+        return False
+    return any(
         c["type"] == "Available" and c["status"] == "True"
         for c in service.get("status", {}).get("conditions", [])
     )
@@ -484,7 +489,7 @@ def _say(message: str) -> None:
     print(f"[dev-cluster] {message}", file=sys.stderr, flush=True)
 
 
-def _node_ready(node: dict) -> bool:
+def _node_ready(node: dict[str, Any]) -> bool:
     return any(
         c["type"] == "Ready" and c["status"] == "True"
         for c in node.get("status", {}).get("conditions", [])

@@ -139,9 +139,10 @@ class Flux:
         )
 
     def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        return json.loads(
+        found: dict[str, Any] = json.loads(
             self.cluster.kubectl("get", "-n", namespace, kind, name, "-o", "json").stdout
         )
+        return found
 
     def stop(self, *, keep_applied: bool = False) -> None:
         """Delete every Kustomization and GitRepository (their finalizers need the controllers),

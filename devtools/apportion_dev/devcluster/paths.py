@@ -35,7 +35,7 @@ _GO_LINE = re.compile(r"^go[ \t]+(\d+(?:\.\d+)*)[ \t]*$", re.MULTILINE)
 
 def parse_go_mod(text: str) -> ModuleVersions:
     """Read the pinned Kubernetes and etcd versions and the minimum Go from a go.mod's text."""
-    required = {}
+    required: dict[str, str] = {}
     for path, version in _REQUIRE.findall(text):
         # `replace` lines look like `k8s.io/api => k8s.io/api v0.36.3`; `=>` is never a module.
         required.setdefault(path, version)

@@ -75,7 +75,8 @@ class TrafficSettings:
             except ValueError as error:
                 problems.append(f"{key}={text!r}: {error}; using {getattr(settings, f.name)}")
                 continue
-            settings = replace(settings, **{f.name: value})
+            changes: dict[str, Any] = {f.name: value}  # the field's own type, by _parse
+            settings = replace(settings, **changes)
         return settings, problems
 
 
@@ -235,14 +236,14 @@ class Traffic:
             try:
                 addresses, silos = {}, []
                 async for pod in self.client.list(Pod, namespace=self.namespace):
-                    address = _address(pod)
-                    if address is None:
+                    address, meta = _address(pod), pod.metadata
+                    if address is None or meta is None or meta.name is None:
                         continue
-                    addresses[pod.metadata.name] = address
+                    addresses[meta.name] = address
                     if (
                         self.grain_silos is not None
                         and _ready(pod)
-                        and _matches(pod.metadata.labels or {}, self.grain_silos)
+                        and _matches(meta.labels or {}, self.grain_silos)
                     ):
                         silos.append(address)
                 self.addresses, self.silos = addresses, silos
@@ -279,10 +280,10 @@ class Traffic:
         async with self._slots:
             routed = route.route(key)
             counts["sent"] += 1
-            if routed is None or routed[1] not in self.addresses:
+            unit, pod = routed or ("", None)
+            if pod is None or pod not in self.addresses:
                 counts["unrouted"] += 1
                 return
-            unit, pod = routed
             # One redirect: a unit in hand-off is named by its old owner's 421.
             for _ in range(2):
                 try:
@@ -291,7 +292,7 @@ class Traffic:
                 except (aiohttp.ClientError, TimeoutError):
                     counts["failed"] += 1
                     return
-                if status == 421 and owner in self.addresses:
+                if status == 421 and owner is not None and owner in self.addresses:
                     counts["moved"] += 1
                     route.learnt[unit] = pod = owner
                     continue

@@ -47,7 +47,7 @@ from aiohttp import web
 from apportion.api.assignment import AssignmentTable, unit_order
 from apportion.engine.keys import get_scheme
 from apportion.worker._state_transfer import UnitSnapshot, UnitStateStore
-from apportion.worker._worker import Worker
+from apportion.worker._worker import Hooks, Worker, WorkerOptions
 from apportion.worker._worker_state import UnitRange
 from apportion_dev.worker import counters
 from apportion_dev.worker.burn import CpuBurner
@@ -121,12 +121,25 @@ class LoadProfile:
                 return self.value
             case "zipf":
                 rank = int(unit) + 1 if unit.isdecimal() else 1
-                return ZIPF_SCALE / rank**self.value
+                return ZIPF_SCALE / math.pow(rank, self.value)
             case "units":
                 return self.units.get(unit, self.value)
             case "requests":
                 return rates.rate(unit)
         return 0.0
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """How a demo worker acts beyond serving its keys: the load it reports, the time it takes."""
+
+    profile: LoadProfile = field(default_factory=lambda: LoadProfile("uniform"))
+    release_delay: float = 0.0
+    """Seconds every release waits before it returns."""
+    work_time: float = 0.0
+    """Seconds every request to a key takes."""
+    burn_millicores: float = 0.0
+    """CPU each unit burns (its load is then the CPU measured)."""
 
 
 def _load_value(text: str) -> float:
@@ -265,22 +278,20 @@ class DemoWorker:
         port: int,
         host: str | None = None,
         namespace: str | None = None,
-        profile: LoadProfile | None = None,
-        release_delay: float = 0.0,
-        work_time: float = 0.0,
-        burn_millicores: float = 0.0,
+        behaviour: Behaviour | None = None,
         postgres: str | None = None,
     ) -> None:
+        behaviour = behaviour or Behaviour()
         self.requests = RequestLog(postgres) if postgres else None
-        self.profile = profile or LoadProfile("uniform")
+        self.profile = behaviour.profile
         # With --burn-cpu, a unit's load is the CPU it really costs, not the profile's figure.
         self.burner = (
-            CpuBurner(burn_millicores, lambda unit: self.profile.load(unit, self.rates))
-            if burn_millicores
+            CpuBurner(behaviour.burn_millicores, lambda unit: self.profile.load(unit, self.rates))
+            if behaviour.burn_millicores
             else None
         )
-        self.release_delay = release_delay
-        self.work_time = work_time
+        self.release_delay = behaviour.release_delay
+        self.work_time = behaviour.work_time
         self.rates = RequestRates()
         self.counters: dict[UnitKey, counters.Counts] = {}
         self.in_flight: Counter[str] = Counter()
@@ -293,10 +304,7 @@ class DemoWorker:
             web.get("/units", self.handle_units),
             web.get("/counters", self.handle_counters),
         ]
-        self.worker = Worker(
-            kind,
-            set_name,
-            namespace=namespace,
+        hooks = Hooks(
             on_acquire=self.on_acquire,
             on_release=self.on_release,
             on_revoke=self.on_revoke,
@@ -305,10 +313,9 @@ class DemoWorker:
             on_suspend=self.on_suspend,
             on_resume=self.on_resume,
             load=self.unit_load if self.profile.reports else None,
-            port=port,
-            host=host,
-            routes=routes,
         )
+        options = WorkerOptions(port=port, host=host, routes=routes)
+        self.worker = Worker(kind, set_name, hooks, options=options, namespace=namespace)
 
     async def run(self) -> None:
         if self.burner is not None:
@@ -551,16 +558,17 @@ class DemoWorker:
             self.in_flight[unit] -= 1
             async with self._idle:
                 self._idle.notify_all()
-        body = {
-            "key": key,
-            "unit": unit,
-            "pod": w.pod_name,
-            "token": token,
-            "epoch": epoch,
-            "count": value,
-            "time": served_at,
-        }
-        return web.json_response(body)
+        return web.json_response(
+            {
+                "key": key,
+                "unit": unit,
+                "pod": w.pod_name,
+                "token": token,
+                "epoch": epoch,
+                "count": value,
+                "time": served_at,
+            }
+        )
 
     async def handle_units(self, request: web.Request) -> web.Response:
         w = self.worker

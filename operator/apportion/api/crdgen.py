@@ -102,21 +102,44 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
         node.pop(key, None)
     if found := _UNSUPPORTED & node.keys():
         raise SchemaError(f"{path or '<root>'}: {sorted(found)} cannot be expressed in a CRD")
-
     if "anyOf" in node and not node.get("x-kubernetes-int-or-string"):
-        branches = node.pop("anyOf")
-        others = [b for b in branches if b.get("type") != "null"]
-        if {b.get("type") for b in others} == {"integer", "string"} and len(others) == 2:
-            node["x-kubernetes-int-or-string"] = True
-            node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-        elif len(others) == 1:
-            node = _merge(_resolve(others[0], defs, path), node)
-            return _convert({**node, "nullable": True} if len(branches) > 1 else node, defs, path)
+        single = _union(node, defs, path)
+        if single is not None:
+            return _convert(single, defs, path)
+    _keywords(node)
+    _children(node, defs, path)
+    if "type" not in node and not (
+        node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        if "enum" in node and all(isinstance(v, str) for v in node["enum"]):
+            node["type"] = "string"
+        elif "properties" in node:
+            node["type"] = "object"
         else:
-            raise SchemaError(f"{path or '<root>'}: unions of several types are not structural")
-        if len(others) < len(branches):
-            node["nullable"] = True
+            raise SchemaError(f"{path or '<root>'}: no type (every node of a CRD schema needs one)")
+    return _ordered(node)
 
+
+def _union(node: dict[str, Any], defs: Mapping[str, Any], path: str) -> dict[str, Any] | None:
+    """Turn `node`'s anyOf into what a structural schema allows: int-or-string in place, or
+    (returned, to convert again) the one non-null branch merged with `node`, nullable."""
+    branches = node.pop("anyOf")
+    others = [b for b in branches if b.get("type") != "null"]
+    if {b.get("type") for b in others} == {"integer", "string"} and len(others) == 2:
+        node["x-kubernetes-int-or-string"] = True
+        node["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    elif len(others) == 1:
+        merged = _merge(_resolve(others[0], defs, path), node)
+        return {**merged, "nullable": True} if len(branches) > 1 else merged
+    else:
+        raise SchemaError(f"{path or '<root>'}: unions of several types are not structural")
+    if len(others) < len(branches):
+        node["nullable"] = True
+    return None
+
+
+def _keywords(node: dict[str, Any]) -> None:
+    """JSON Schema keywords a CRD spells otherwise or not at all, rewritten in place."""
     if "description" in node:
         node["description"] = prose(node["description"])
     if "default" in node and node["default"] is None:
@@ -130,6 +153,9 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
     if node.get("format") not in _FORMATS:
         node.pop("format", None)
 
+
+def _children(node: dict[str, Any], defs: Mapping[str, Any], path: str) -> None:
+    """Convert the properties, items and additional properties of `node` in place."""
     if "properties" in node:
         node["properties"] = {
             name: _convert(sub, defs, f"{path}.{name}") for name, sub in node["properties"].items()
@@ -144,17 +170,6 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
         node["x-kubernetes-preserve-unknown-fields"] = True
     elif isinstance(extra, Mapping):
         node["additionalProperties"] = _convert(extra, defs, f"{path}{{}}")
-
-    if "type" not in node and not (
-        node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")
-    ):
-        if "enum" in node and all(isinstance(v, str) for v in node["enum"]):
-            node["type"] = "string"
-        elif "properties" in node:
-            node["type"] = "object"
-        else:
-            raise SchemaError(f"{path or '<root>'}: no type (every node of a CRD schema needs one)")
-    return _ordered(node)
 
 
 def prose(text: str) -> str:

@@ -37,7 +37,6 @@ from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import AssignmentTable, ResourceRef, assignment_config_map
 from apportion.api.common import LabelSelector
 from apportion.api.pods import DRAIN_ANNOTATION, WorkerPod
-from apportion.api.resource import Resource
 from apportion.cli.explain import add_grain_arguments, explain_grain_command
 from apportion.publishing.configmaps import AssignmentStore
 from apportion.publishing.status import SET_RESOURCES
@@ -52,7 +51,10 @@ KINDS = {
     "shardset": "ShardSet",
     "shardsets": "ShardSet",
 }
-SET_KINDS: dict[str, type[Resource]] = {"PartitionSet": PartitionSet, "ShardSet": ShardSet}
+SET_KINDS: dict[str, type[PartitionSet] | type[ShardSet]] = {
+    "PartitionSet": PartitionSet,
+    "ShardSet": ShardSet,
+}
 
 
 class PluginError(Exception):
@@ -65,7 +67,7 @@ class LiveSet:
 
     kind: str
     body: Mapping[str, Any]
-    model: Resource
+    model: PartitionSet | ShardSet
     table: AssignmentTable
 
     @property
@@ -77,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return asyncio.run(args.func(args))
+        status: int = asyncio.run(args.func(args))
+        return status
     except (PluginError, ConfigError, httpx2.HTTPError) as error:
         # No kubeconfig, no API server, no CRDs: a sentence, not a traceback.
         print(f"kubectl apportion: {error}", file=sys.stderr)
@@ -129,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def client_for(args: argparse.Namespace) -> AsyncClient:
     config = KubeConfig.from_env()
-    namespace = args.namespace or config.get().namespace or "default"
+    context = config.get()
+    namespace = args.namespace or (context.namespace if context else None) or "default"
     args.namespace = namespace
     return AsyncClient(config, namespace=namespace)
 
@@ -156,7 +160,8 @@ async def load_set(client: AsyncClient, namespace: str, spec: str) -> LiveSet:
                     "are apportion's CRDs installed?"
                 ) from error
             raise
-        found.append((kind, obj.to_dict()))
+        # lightkube's generic resources leave to_dict unannotated
+        found.append((kind, obj.to_dict()))  # type: ignore[no-untyped-call]
     if not found:
         raise PluginError(f"no PartitionSet or ShardSet {name!r} in namespace {namespace}")
     if len(found) > 1:
@@ -225,13 +230,14 @@ async def run_plan(args: argparse.Namespace) -> int:
     client = client_for(args)
     try:
         live = await load_set(client, args.namespace, args.set)
-        spec = live.model.spec  # type: ignore[attr-defined]
+        spec = live.model.spec
         selectors: list[LabelSelector] = [spec.selector] if spec.selector is not None else []
-        if spec.workload_ref is not None:
-            workload_kind = StatefulSet if spec.workload_ref.kind == "StatefulSet" else Deployment
-            workload = await client.get(
-                workload_kind, spec.workload_ref.name, namespace=args.namespace
-            )
+        if (ref := spec.workload_ref) is not None:
+            workload: StatefulSet | Deployment
+            if ref.kind == "StatefulSet":
+                workload = await client.get(StatefulSet, ref.name, namespace=args.namespace)
+            else:
+                workload = await client.get(Deployment, ref.name, namespace=args.namespace)
             selectors.append(LabelSelector.model_validate(workload.to_dict()["spec"]["selector"]))
         pods = [p.to_dict() async for p in client.list(Pod, namespace=args.namespace)]
     finally:

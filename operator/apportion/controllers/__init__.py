@@ -21,8 +21,9 @@ HANDLER_MODULES = (
 
 
 class _QuietWakeups(logging.Filter):
-    """kopf logs every handler's success at INFO; for our indexers and wake-up handlers that is
-    a line per pod event. Keep those lines out of the operator's log."""
+    """kopf logs every handler's success at INFO; for our event handlers that only wake the
+    loops (`wake`, `assignment_changed`) that is a line per event. Keep those lines out of the
+    operator's log."""
 
     HANDLERS = ("'wake'", "'assignment_changed'")
 

@@ -37,6 +37,7 @@ import math
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import aiohttp
 import httpx2
@@ -285,27 +286,10 @@ class MetricsCollector:
     ) -> _Readings:
         self._prune(now)
         readings = _Readings()
-        first_readings: list[asyncio.Task[None]] = []
         targets: dict[str, _Target] = {}
         if spec.scrape is not None:
-            interval = spec.scrape.interval.total_seconds()
-            timeout = spec.scrape.timeout.total_seconds()
-            for pod in pods:
-                try:
-                    url = scrape_url(pod, spec.scrape)
-                except ValueError as error:
-                    readings.problems[pod.name] = str(error)
-                    continue
-                key = (namespace, pod.name, pod.uid, url)
-                target = self._targets.get(key)
-                if target is None:
-                    target = self._targets[key] = _Target(url, now)
-                target.used = now
-                targets[pod.name] = target
-                if target.task is None and now - target.attempted >= interval:
-                    target.task = asyncio.create_task(self._scrape(target, timeout))
-                if target.task is not None and not target.finished:
-                    first_readings.append(target.task)
+            targets = self._start_scrapes(namespace, pods, spec.scrape, now, readings)
+        first_readings = [t.task for t in targets.values() if t.task is not None and not t.finished]
         listing = self._namespace(namespace, now) if spec.pod_metrics else None
         if listing is not None and listing.task is not None and not listing.listed:
             first_readings.append(listing.task)
@@ -330,6 +314,35 @@ class MetricsCollector:
                     elif pod.name in listing.invalid:
                         readings.problems.setdefault(pod.name, listing.invalid[pod.name])
         return readings
+
+    def _start_scrapes(
+        self,
+        namespace: str,
+        pods: Sequence[WorkerPod],
+        scrape: ScrapeSpec,
+        now: float,
+        readings: _Readings,
+    ) -> dict[str, _Target]:
+        """Each pod's scrape target, by pod name, its scrape started when one is due; a pod
+        without a scrape URL gets a problem in `readings` instead."""
+        interval = scrape.interval.total_seconds()
+        timeout = scrape.timeout.total_seconds()
+        targets: dict[str, _Target] = {}
+        for pod in pods:
+            try:
+                url = scrape_url(pod, scrape)
+            except ValueError as error:
+                readings.problems[pod.name] = str(error)
+                continue
+            key = (namespace, pod.name, pod.uid, url)
+            target = self._targets.get(key)
+            if target is None:
+                target = self._targets[key] = _Target(url, now)
+            target.used = now
+            targets[pod.name] = target
+            if target.task is None and now - target.attempted >= interval:
+                target.task = asyncio.create_task(self._scrape(target, timeout))
+        return targets
 
     async def _scrape(self, target: _Target, timeout: float) -> None:
         target.attempted = self._clock()
@@ -486,14 +499,27 @@ class MetricsCollector:
         if now - self._pruned < min(self._idle_ttl, 60.0):
             return
         self._pruned = now
-        for table in (self._targets, self._namespaces, self._members):
-            for key in [k for k, v in table.items() if now - v.used > self._idle_ttl]:
-                entry = table.pop(key)
-                task = getattr(entry, "task", None)
-                if task is not None:
-                    task.cancel()
+        _evict_idle(self._targets, now, self._idle_ttl)
+        _evict_idle(self._namespaces, now, self._idle_ttl)
+        _evict_idle(self._members, now, self._idle_ttl)
         for key in [k for k, (_, used) in self._sets.items() if now - used > self._idle_ttl]:
             del self._sets[key]
+
+
+class _Entry(Protocol):
+    used: float
+
+
+_Key = TypeVar("_Key")
+_E = TypeVar("_E", bound=_Entry)
+
+
+def _evict_idle(table: dict[_Key, _E], now: float, ttl: float) -> None:
+    """Drop the entries unused for longer than `ttl`, cancelling their scrape or listing."""
+    for key in [k for k, v in table.items() if now - v.used > ttl]:
+        task = getattr(table.pop(key), "task", None)
+        if task is not None:
+            task.cancel()
 
 
 class _ScrapeError(Exception):

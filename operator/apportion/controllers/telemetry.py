@@ -1,6 +1,6 @@
 """The operator's own Prometheus metrics (`apportion operator --metrics HOST:PORT` serves them at
 `/metrics`; docs/operations.md lists them). Workers' metrics are another thing: see
-`controllers.metrics`, which scrapes them.
+`controllers.load_collector`, which scrapes them.
 
 Every metric is defined here, once; the controllers record where they already compute the
 figure. Labels are bounded: `kind`, `namespace`, `set` per set, `member` only on the per-member
@@ -190,7 +190,8 @@ def serve(address: str) -> None:
     """Serve /metrics on `address` ("HOST:PORT", or ":PORT" for every interface) from a thread."""
     host, _, port = address.rpartition(":")
     # `_created` series double the counters and histograms for a figure nobody alerts on.
-    disable_created_metrics()
+    # (prometheus_client leaves the function unannotated.)
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     BUILD.info({"version": __version__})
     start_http_server(int(port), addr=host or "0.0.0.0", registry=REGISTRY)
 
@@ -244,7 +245,7 @@ def forget_set(labels: tuple[str, str, str]) -> None:
 def _label_values(metric: Counter | Gauge | Histogram) -> list[tuple[str, ...]]:
     # prometheus_client keeps a labelled metric's children in `_metrics`; it has no public
     # listing, and removing by prefix is what a set's deletion needs.
-    return list(metric._metrics)
+    return [tuple(key) for key in metric._metrics]
 
 
 def _remove(metric: Gauge, key: tuple[str, ...]) -> None:

@@ -165,6 +165,7 @@ def step(
         if pod.draining or (name in vouched and vouched[name].draining)
     }
 
+    moment = _Moment(published.epoch, epoch, now, handoff_timeout)
     units = dict(published.units)
     changed = False
     grouped: dict[tuple[Reason, str | None, str | None], list[str]] = {}
@@ -185,19 +186,8 @@ def step(
             continue  # the common case, kept cheap for 100k-unit tables: nothing to do
         destination = wanted if wanted in live_members and wanted not in draining else None
         owner_ack = vouched.get(owner) if alive and owner is not None else None
-        outcome = _advance(
-            state,
-            unit,
-            destination,
-            park,
-            alive,
-            owner_ack,
-            published.epoch,
-            now,
-            _counted_from(state, unit, now, releases_known),
-            handoff_timeout,
-            epoch,
-        )
+        timed_from = _counted_from(state, unit, now, releases_known)
+        outcome = _advance(state, unit, destination, park, alive, owner_ack, timed_from, moment)
         if outcome is not None:
             state, reason, source, dest = outcome
             units[unit] = state
@@ -247,6 +237,19 @@ def _counted_from(
     return since if releases_known is None else max(since, releases_known.get(unit, now))
 
 
+@dataclass(frozen=True, slots=True)
+class _Moment:
+    """What every unit's move in one `step` shares."""
+
+    published_epoch: int
+    """The epoch of the table read (acks newer than it are not believed)."""
+    epoch: int
+    """The epoch of the table this step writes."""
+    now: float
+    timeout: float
+    """The hand-off timeout."""
+
+
 def _advance(
     state: UnitState,
     unit: str,
@@ -254,19 +257,17 @@ def _advance(
     park: bool,
     owner_alive: bool,
     owner_ack: Ack | None,
-    published_epoch: int,
-    now: float,
     timed_from: float,
-    timeout: float,
-    epoch: int,
+    moment: _Moment,
 ) -> tuple[UnitState, Reason, str | None, str | None] | None:
     """The next state of one unit, with why; None when it stays as it is. `timed_from`: when
-    the unit's release (if any) started counting towards `timeout`. `park`: the owner is alive
+    the unit's release (if any) started counting towards the timeout. `park`: the owner is alive
     but leaves, and its name comes back, so the unit goes to nobody (`step`)."""
     owner, release = state.owner, state.releasing
+    published_epoch, now, epoch = moment.published_epoch, moment.now, moment.epoch
+    timed_out = now - timed_from >= moment.timeout
     if park:
-        timed_out = now - timed_from >= timeout
-        return _park(state, owner_ack, unit, published_epoch, now, timed_out, epoch)
+        return _park(state, owner_ack, unit, timed_out, moment)
     if owner is None:
         if destination is None:
             return None
@@ -283,7 +284,7 @@ def _advance(
         return UnitState(owner, state.epoch), Reason.HANDOFF_CANCELLED, owner, release.to
     if _released(owner_ack, unit, release, published_epoch):
         return UnitState(destination, epoch), Reason.HANDOFF_COMPLETED, owner, destination
-    if now - timed_from >= timeout:
+    if timed_out:
         return UnitState(destination, epoch), Reason.HANDOFF_TIMED_OUT, owner, destination
     if destination != release.to:
         # Keep since and epoch: the owner's release (and any ack of it) does not depend on
@@ -294,22 +295,16 @@ def _advance(
 
 
 def _park(
-    state: UnitState,
-    owner_ack: Ack | None,
-    unit: str,
-    published_epoch: int,
-    now: float,
-    timed_out: bool,
-    epoch: int,
+    state: UnitState, owner_ack: Ack | None, unit: str, timed_out: bool, moment: _Moment
 ) -> tuple[UnitState, Reason, str | None, str | None] | None:
     """A leaving owner's unit held for its next incarnation: released to nobody, then unowned.
     The release is the fence, as for any hand-off; the next incarnation acquires the unit under
     a newer epoch, like any newcomer."""
-    owner, release = state.owner, state.releasing
+    owner, release, epoch = state.owner, state.releasing, moment.epoch
     if release is None:
-        parked = UnitState(owner, state.epoch, Release(None, now, epoch))
+        parked = UnitState(owner, state.epoch, Release(None, moment.now, epoch))
         return parked, Reason.HELD_FOR_RESTART, owner, owner
-    if _released(owner_ack, unit, release, published_epoch):
+    if _released(owner_ack, unit, release, moment.published_epoch):
         return UnitState(None, epoch), Reason.HANDOFF_COMPLETED, owner, None
     if timed_out:
         return UnitState(None, epoch), Reason.HANDOFF_TIMED_OUT, owner, None

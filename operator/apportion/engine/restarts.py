@@ -152,7 +152,7 @@ def parse_unit_ranges(text: str) -> frozenset[str]:
 
 
 def hold_rows(holds: Mapping[str, RestartHold], grace: float) -> list[dict[str, Any]]:
-    """The holds as `status.restartHolds` lists them, in pod order; `RestartHold.from_row` reads
+    """The holds as `status.restartHolds` lists them, in pod order; `hold_from_row` reads
     one back, so that a restarted operator or a standby goes on waiting (docs/handoff.md)."""
     return [
         {

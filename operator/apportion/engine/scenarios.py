@@ -36,7 +36,12 @@ from apportion.engine.allocation.plan_builder import (
     target_members,
 )
 from apportion.engine.baselines import ANCHORS, make_anchor
-from apportion.engine.grains import DEFAULT_ROLE_LABEL, SimulationResult, simulate_activations
+from apportion.engine.grains import (
+    DEFAULT_ROLE_LABEL,
+    ActivationScenario,
+    SimulationResult,
+    simulate_activations,
+)
 
 __all__ = [
     "ALLOCATION_SCENARIOS",
@@ -721,13 +726,15 @@ def grain_activations(
     return tuple(
         simulate_activations(
             spec,
-            members=members,
-            activations=activations,
-            placers=members if placers is None else placers,
-            rate=activations / steps,
-            publish_interval=1.0,
+            ActivationScenario(
+                members=members,
+                activations=activations,
+                placers=members if placers is None else placers,
+                rate=activations / steps,
+                publish_interval=1.0,
+                seed=seed,
+            ),
             labels=lambda _: {DEFAULT_ROLE_LABEL: GRAIN_ROLE},
-            seed=seed,
             label=label,
         )
         for label, spec in strategies.items()

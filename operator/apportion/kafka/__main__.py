@@ -15,7 +15,7 @@ import os
 import sys
 
 from apportion.kafka._consumer import PartitionConsumer
-from apportion.worker import WorkerError
+from apportion.worker import WorkerError, WorkerOptions
 
 processed = logging.getLogger("apportion.kafka.processed")
 
@@ -68,7 +68,7 @@ async def _run(args: argparse.Namespace) -> None:
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
         commit_interval=args.commit_interval,
-        worker_options={"port": args.port},
+        worker_options={"options": WorkerOptions(port=args.port)},
     ) as consumer:
         await consumer.worker.wait_drained()
 

@@ -37,12 +37,13 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from apportion.api.assignment import unit_order
-from apportion.worker import Worker
+from apportion.worker import Hooks, Worker
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
@@ -103,7 +104,8 @@ class PartitionConsumer:
 
     `handle(record)` is awaited for each record, one at a time. `consumer_options` go to
     `aiokafka.AIOKafkaConsumer` (security, fetch sizes); `worker_options` to
-    `apportion.worker.Worker` (namespace, pod_name, port, client, ...). `listener` is told of
+    `apportion.worker.Worker` (namespace, pod_name, options, client; `hooks` with on_suspend and
+    on_resume to be told too). `listener` is told of
     every acquire, release, stop, suspend, resume and commit (`ConsumerListener`).
     """
 
@@ -128,18 +130,18 @@ class PartitionConsumer:
         self._bootstrap = bootstrap_servers
         self._consumer_options = dict(consumer_options or {})
         options = dict(worker_options or {})
-        self._also_on_suspend = options.pop("on_suspend", None)
-        self._also_on_resume = options.pop("on_resume", None)
-        self.worker = Worker(
-            "PartitionSet",
-            set_name,
+        # The application's own hooks: only suspend and resume mean anything beside ours.
+        extra: Hooks = options.pop("hooks", None) or Hooks()
+        self._also_on_suspend = extra.on_suspend
+        self._also_on_resume = extra.on_resume
+        hooks = Hooks(
             on_acquire=self._on_acquire,
             on_release=self._on_release,
             on_revoke=self._on_revoke,
             on_suspend=self._on_suspend,
             on_resume=self._on_resume,
-            **options,
         )
+        self.worker = Worker("PartitionSet", set_name, hooks, **options)
         self.positions: dict[int, int] = {}
         """Next offset to handle, per partition consumed."""
         self.committed: dict[int, int] = {}
@@ -374,7 +376,7 @@ class PartitionConsumer:
         for partition, offset in self.positions.items():
             self._consumer.seek(TopicPartition(self.topic, partition), offset)
 
-    async def _resume_offsets(self, partitions: set[int]) -> dict[int, int]:
+    async def _resume_offsets(self, partitions: AbstractSet[int]) -> dict[int, int]:
         """The committed offset of each partition, its beginning when it has none."""
         from aiokafka import TopicPartition
 
@@ -387,7 +389,7 @@ class PartitionConsumer:
             offsets.update({tp.partition: beginnings[tp] for tp in missing})
         return {p: int(o) for p, o in offsets.items() if o is not None}
 
-    async def _commit(self, partitions: set[int]) -> set[int]:
+    async def _commit(self, partitions: AbstractSet[int]) -> set[int]:
         """Commits what was handled of `partitions`; returns those the lease refused."""
         from aiokafka import TopicPartition
 

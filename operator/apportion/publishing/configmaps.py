@@ -30,6 +30,7 @@ from apportion.api.assignment import (
     decode_assignment,
     encode_assignment,
 )
+from apportion.publishing.client import decode
 
 logger = logging.getLogger(__name__)
 
@@ -59,19 +60,29 @@ async def write_conditionally(client: AsyncClient, body: ConfigMap, version: str
     """Create `body` when `version` is None (it did not exist when read), else replace it only if
     it is still at `version`; returns the version written. Raises PublishConflict when someone
     else created, changed or deleted it in between, so a newer decision is never overwritten."""
+    metadata = body.metadata
+    if metadata is None:
+        raise ValueError("a ConfigMap to write needs metadata (its name)")
     try:
         if version is None:
             written = await client.create(body)
         else:
-            body.metadata.resourceVersion = version
+            metadata.resourceVersion = version
             written = await client.replace(body)
     except ApiError as error:
         if error.status.code in (404, 409):
             raise PublishConflict(
-                f"ConfigMap {body.metadata.name} changed since it was read ({error.status.reason})"
+                f"ConfigMap {metadata.name} changed since it was read ({error.status.reason})"
             ) from error
         raise
-    return written.metadata.resourceVersion
+    return resource_version(written)
+
+
+def resource_version(found: ConfigMap) -> str:
+    """The version the API server gave `found` (every object it returns has one)."""
+    if found.metadata is None or found.metadata.resourceVersion is None:
+        raise ValueError("the API server returned a ConfigMap without a resourceVersion")
+    return found.metadata.resourceVersion
 
 
 def owner_reference(set_ref: ResourceRef) -> dict[str, Any]:
@@ -172,7 +183,8 @@ class AssignmentStore:
             await self._delete(self.name + suffix)
 
     def _body(self, payload: ConfigMapPayload, part: str) -> ConfigMap:
-        return ConfigMap.from_dict(
+        return decode(
+            ConfigMap,
             {
                 "metadata": {
                     "name": self.name + payload.suffix,
@@ -186,7 +198,7 @@ class AssignmentStore:
                     "ownerReferences": [owner_reference(self.set_ref)],
                 },
                 **payload.body(),
-            }
+            },
         )
 
     async def _put_chunk(self, chunk: ConfigMapPayload) -> None:

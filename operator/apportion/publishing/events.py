@@ -21,6 +21,7 @@ from lightkube.resources.events_v1 import Event
 
 from apportion import API_VERSION
 from apportion.api.assignment import ResourceRef
+from apportion.publishing.client import decode
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,8 @@ class EventRecorder:
     def _body(self, event: SetEvent) -> Event:
         ref = event.set_ref
         note = event.note if len(event.note) <= NOTE_LIMIT else event.note[: NOTE_LIMIT - 1] + "…"
-        return Event.from_dict(
+        return decode(
+            Event,
             {
                 # As client-go names them: the object's name, a dot, a unique hex suffix.
                 "metadata": {"name": f"{ref.name}.{time.time_ns():x}", "namespace": ref.namespace},
@@ -105,5 +107,5 @@ class EventRecorder:
                     "namespace": ref.namespace,
                     "uid": ref.uid,
                 },
-            }
+            },
         )

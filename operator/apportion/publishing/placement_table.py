@@ -15,7 +15,8 @@ from apportion.api.placement_table import (
     from_configmap,
     to_configmap,
 )
-from apportion.publishing.configmaps import write_conditionally
+from apportion.publishing.client import decode
+from apportion.publishing.configmaps import resource_version, write_conditionally
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class PlacementTableStore:
                 raise
             self._version = None
             return None
-        self._version = found.metadata.resourceVersion
+        self._version = resource_version(found)
         try:
             return from_configmap(found.to_dict())
         except PlacementTableFormatError as error:
@@ -50,5 +51,5 @@ class PlacementTableStore:
             return None
 
     async def write(self, doc: PlacementTableDocument) -> None:
-        body = ConfigMap.from_dict(to_configmap(doc))
+        body = decode(ConfigMap, to_configmap(doc))
         self._version = await write_conditionally(self.client, body, self._version)

@@ -1,9 +1,9 @@
 """The worker library: what a worker pod of a PartitionSet or ShardSet runs (docs/worker.md).
 
-    from apportion.worker import Worker
+    from apportion.worker import Hooks, Worker, WorkerOptions
 
-    async with Worker("PartitionSet", "orders", on_acquire=start, on_release=finish,
-                      port=8080) as worker:
+    async with Worker("PartitionSet", "orders", Hooks(on_acquire=start, on_release=finish),
+                      options=WorkerOptions(port=8080)) as worker:
         worker.owner_of("customer-42")    # pod owning that key's unit, or None
         await worker.wait_drained()       # SIGTERM: units move away, then this returns
 
@@ -14,16 +14,19 @@ come and go, acknowledges releases on its own Pod (docs/handoff.md) and serves /
 
 from apportion.worker._worker import (
     KINDS,
+    Hooks,
     MergeCallback,
     SplitCallback,
     UnitsCallback,
     Worker,
     WorkerError,
+    WorkerOptions,
 )
 from apportion.worker._worker_state import Resharding, Transition, UnitRange, WorkerState
 
 __all__ = [
     "KINDS",
+    "Hooks",
     "MergeCallback",
     "Resharding",
     "SplitCallback",
@@ -32,5 +35,6 @@ __all__ = [
     "UnitsCallback",
     "Worker",
     "WorkerError",
+    "WorkerOptions",
     "WorkerState",
 ]

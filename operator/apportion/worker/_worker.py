@@ -8,7 +8,8 @@ import functools
 import logging
 import os
 import signal
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
@@ -50,6 +51,44 @@ MergeCallback = Callable[
 """`async def on_merge(merged, held, missing, epoch)`: join the state of the `held` siblings
 into `merged`, loading the `missing` ones from where on_acquire loads state."""
 
+
+@dataclass(frozen=True, kw_only=True)
+class Hooks:
+    """What the application gives the worker to call as units come and go (each `None`: not
+    called); `Worker` says when each runs."""
+
+    on_acquire: UnitsCallback | None = None
+    on_release: UnitsCallback | None = None
+    on_revoke: UnitsCallback | None = None
+    """Default: `on_release`."""
+    on_split: SplitCallback | None = None
+    on_merge: MergeCallback | None = None
+    on_suspend: UnitsCallback | None = None
+    on_resume: UnitsCallback | None = None
+    load: Callable[[str], float] | None = None
+    """The current load of an owned unit, read at each scrape of /metrics."""
+
+    @property
+    def revoke(self) -> UnitsCallback | None:
+        """What runs when units are taken away without a hand-off."""
+        return self.on_revoke or self.on_release
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions:
+    """How the worker runs inside its process: its HTTP server and its shutdown."""
+
+    port: int | None = None
+    """Serve /metrics, /healthz, /readyz and `routes` there; None: no server."""
+    host: str | None = None
+    """Default `$POD_IP`, else every address."""
+    routes: Sequence[web.AbstractRouteDef] = ()
+    handle_signals: bool = True
+    """SIGTERM and SIGINT start `drain()`."""
+    drain_margin: float = 2.0
+    """Seconds of the grace period the drain leaves free."""
+
+
 KINDS: Final = ("PartitionSet", "ShardSet")
 FIELD_MANAGER: Final = "apportion-worker"
 DEFAULT_GRACE: Final = 30.0
@@ -73,8 +112,8 @@ class WorkerError(RuntimeError):
 class Worker:
     """Serves the units of one PartitionSet or ShardSet that the operator grants this pod.
 
-        async with Worker("PartitionSet", "demo", on_acquire=load, on_release=flush,
-                          port=8080) as worker:
+        async with Worker("PartitionSet", "demo", Hooks(on_acquire=load, on_release=flush),
+                          options=WorkerOptions(port=8080)) as worker:
             await worker.wait_drained()     # returns after SIGTERM, once the units moved away
 
     Configured from the environment a pod gets: `POD_NAME` and `POD_NAMESPACE` (downward API),
@@ -104,33 +143,23 @@ class Worker:
     revoked for it).
     `serving_deadline()` tells in advance when serving must end without a new confirmation.
 
-    `load(unit) -> float`: the current load of an owned unit for /metrics; or push figures with
-    `report_load`. Without either, no per-unit load is reported (the operator counts units).
-    `port`: serve /metrics, /healthz, /readyz (503 while not serving) and `routes` (aiohttp
-    route definitions) on `host`
-    (default `$POD_IP`, else every address); None: no server (mount `metrics_handler` yourself).
+    The callbacks above are the `hooks` (`Hooks`). `load(unit) -> float`, also a hook: the
+    current load of an owned unit for /metrics; or push figures with `report_load`. Without
+    either, no per-unit load is reported (the operator counts units).
+    `options` (`WorkerOptions`): `port`: serve /metrics, /healthz, /readyz (503 while not
+    serving) and `routes` (aiohttp route definitions) on `host` (default `$POD_IP`, else every
+    address); None: no server (mount `metrics_handler` yourself).
     """
 
     def __init__(
         self,
         kind: str,
         set_name: str,
+        hooks: Hooks | None = None,
         *,
+        options: WorkerOptions | None = None,
         namespace: str | None = None,
         pod_name: str | None = None,
-        on_acquire: UnitsCallback | None = None,
-        on_release: UnitsCallback | None = None,
-        on_revoke: UnitsCallback | None = None,
-        on_split: SplitCallback | None = None,
-        on_merge: MergeCallback | None = None,
-        on_suspend: UnitsCallback | None = None,
-        on_resume: UnitsCallback | None = None,
-        load: Callable[[str], float] | None = None,
-        port: int | None = None,
-        host: str | None = None,
-        routes: Iterable[web.AbstractRouteDef] = (),
-        handle_signals: bool = True,
-        drain_margin: float = 2.0,
         client: AsyncClient | None = None,
     ) -> None:
         if kind not in KINDS:
@@ -142,19 +171,9 @@ class Worker:
         self.set_name = set_name
         self.pod_name = pod_name
         self._namespace = namespace or os.environ.get("POD_NAMESPACE")
-        self.on_acquire = on_acquire
-        self.on_release = on_release
-        self.on_revoke = on_revoke
-        self.on_split = on_split
-        self.on_merge = on_merge
-        self.on_suspend = on_suspend
-        self.on_resume = on_resume
-        self.load = load
-        self.port = port
-        self.host = host or os.environ.get("POD_IP") or "0.0.0.0"
-        self._routes = tuple(routes)
-        self._handle_signals = handle_signals
-        self.drain_margin = drain_margin
+        self.hooks = hooks or Hooks()
+        self.options = options or WorkerOptions()
+        self.host = self.options.host or os.environ.get("POD_IP") or "0.0.0.0"
         self._client = client
         self._own_client = client is None
         self.ack_annotation = ack_annotation_key(kind, set_name)
@@ -163,7 +182,7 @@ class Worker:
         self.grace_period = DEFAULT_GRACE
         self._state: WorkerState | None = None
         self._loads: dict[str, float] = {}
-        self._reports_load = load is not None
+        self._reports_load = self.hooks.load is not None
         self._stats = ProcessStats()
         self._changed = asyncio.Condition()
         self._wake = asyncio.Event()
@@ -228,7 +247,7 @@ class Worker:
             Incarnation(self.pod_name, self.uid), self.kind, self.namespace, self.set_name
         )
         self._state.written = self._written_ack
-        if self.port is not None:
+        if self.options.port is not None:
             await self._serve_http()
         name = assignment_config_map(self.kind, self.set_name)
         watch = self._watch = AssignmentWatch(self._client, self.namespace, name, self._on_table)
@@ -237,7 +256,7 @@ class Worker:
         self._spawn(self._plan_loop(), "plan")
         self._spawn(self._ack_loop(), "ack")
         self._ack_wake.set()  # an earlier process of this pod may have left a draining mark
-        if self._handle_signals:
+        if self.options.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, self._on_signal, signum)
@@ -259,7 +278,7 @@ class Worker:
         """Stop watching and acknowledging; failing releases stop being retried, callbacks
         still running after CLOSE_WAIT seconds are cancelled; units still held are revoked
         (callbacks run), without an ack; stop serving."""
-        if self._handle_signals:
+        if self.options.handle_signals:
             loop = asyncio.get_running_loop()
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
@@ -278,9 +297,7 @@ class Worker:
         if self._state is not None:
             left = self._state.drop_all()
             if left:
-                await self._call(
-                    self.on_revoke or self.on_release, left, self._state.epoch, "dropped anyway"
-                )
+                await self._call(self.hooks.revoke, left, self._state.epoch, "dropped anyway")
         if self._drain is not None and not self._drain.done():
             self._drain.cancel()
         self._drained.set()
@@ -429,7 +446,7 @@ class Worker:
         release them as asked, and return once none is left — True — or after `timeout`
         (default: the pod's grace period minus `drain_margin`) — False."""
         if timeout is None:
-            timeout = max(0.0, self.grace_period - self.drain_margin)
+            timeout = max(0.0, self.grace_period - self.options.drain_margin)
         self.state.start_draining()
         self._wake.set()
         self._ack_wake.set()
@@ -480,7 +497,7 @@ class Worker:
     async def _run(self, t: Transition) -> None:
         state = self.state
         if t.stop:
-            await self._call(self.on_revoke or self.on_release, t.stop, t.epoch, "dropped anyway")
+            await self._call(self.hooks.revoke, t.stop, t.epoch, "dropped anyway")
             state.stopped(t.stop)
         if t.resharding is not None:
             await self._reshard(t.resharding, t.epoch)
@@ -496,12 +513,12 @@ class Worker:
     async def _reshard(self, change: Resharding, epoch: int) -> None:
         units = frozenset(change.carried)
         try:
-            if change.split and self.on_split is not None:
+            if change.split and self.hooks.on_split is not None:
                 for parent, children in change.splits().items():
-                    await self.on_split(parent, children, epoch)
-            elif not change.split and self.on_merge is not None:
+                    await self.hooks.on_split(parent, children, epoch)
+            elif not change.split and self.hooks.on_merge is not None:
                 for merged, (held, missing) in change.merges().items():
-                    await self.on_merge(merged, held, missing, epoch)
+                    await self.hooks.on_merge(merged, held, missing, epoch)
             else:
                 raise LookupError("no split or merge callback")
         except Exception as error:
@@ -512,7 +529,7 @@ class Worker:
                 error,
             )
             old = frozenset(u for parents in change.carried.values() for u in parents)
-            await self._call(self.on_revoke or self.on_release, old, epoch, "dropped anyway")
+            await self._call(self.hooks.revoke, old, epoch, "dropped anyway")
             self.state.resharded(units, ok=False)
             return
         self.state.resharded(units)
@@ -524,7 +541,7 @@ class Worker:
         state, units, delay = self.state, t.release, RELEASE_RETRY
         while units:
             failed = await self._call(
-                self.on_release, units, t.epoch, f"not acknowledged; retrying in {delay:g}s"
+                self.hooks.on_release, units, t.epoch, f"not acknowledged; retrying in {delay:g}s"
             )
             if failed is None:
                 for unit in units:
@@ -561,7 +578,7 @@ class Worker:
     async def _acquire(self, t: Transition) -> None:
         if t.acquire:
             failed = await self._call(
-                self.on_acquire, t.acquire, t.epoch, f"trying again in {ACQUIRE_RETRY:g}s"
+                self.hooks.on_acquire, t.acquire, t.epoch, f"trying again in {ACQUIRE_RETRY:g}s"
             )
             if failed is not None:
                 await asyncio.sleep(ACQUIRE_RETRY)
@@ -623,7 +640,7 @@ class Worker:
                 self._lease.clock() - self._lease.confirmed_at,
                 len(held),
             )
-            await self._call(self.on_suspend, held, epoch, "serving nothing anyway")
+            await self._call(self.hooks.on_suspend, held, epoch, "serving nothing anyway")
             await self._notify()
         elif valid and self._suspended:
             self._suspended = False
@@ -633,7 +650,7 @@ class Worker:
             logger.info(
                 "assignment confirmed again at epoch %d: serving %d unit(s)", epoch, len(units)
             )
-            await self._call(self.on_resume, units, epoch, "serving them anyway")
+            await self._call(self.hooks.on_resume, units, epoch, "serving them anyway")
             await self._notify()
 
     async def _ack_loop(self) -> None:
@@ -705,8 +722,8 @@ class Worker:
         if not self._reports_load:
             return {}
         units = unit_order(self.my_units())
-        if self.load is not None:
-            return {unit: float(self.load(unit)) for unit in units}
+        if (load := self.hooks.load) is not None:
+            return {unit: float(load(unit)) for unit in units}
         return {unit: self._loads.get(unit, 0.0) for unit in units}
 
     def metrics(self) -> WorkerMetrics:
@@ -749,11 +766,11 @@ class Worker:
         app.router.add_get("/metrics", self.metrics_handler)
         app.router.add_get("/healthz", healthz)
         app.router.add_get("/readyz", readyz)
-        app.router.add_routes(self._routes)
+        app.router.add_routes(self.options.routes)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self.host, self.port).start()
-        logger.info("serving /metrics on %s:%s", self.host, self.port)
+        await web.TCPSite(self._runner, self.host, self.options.port).start()
+        logger.info("serving /metrics on %s:%s", self.host, self.options.port)
 
 
 def _show(units: Iterable[str], sample: int = 8) -> str:

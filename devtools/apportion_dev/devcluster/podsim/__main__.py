@@ -27,11 +27,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.kubeconfig:
         parser.error("--kubeconfig (or KUBECONFIG) is required")
+    args.kubeconfig = str(Path(args.kubeconfig).resolve())
     return args
 
 
 async def serve(args: argparse.Namespace) -> None:
-    kubeconfig = str(Path(args.kubeconfig).resolve())
+    kubeconfig = args.kubeconfig
     client = AsyncClient(
         KubeConfig.from_file(kubeconfig), field_manager="apportion-podsim", trust_env=False
     )

@@ -19,8 +19,8 @@ def random_prefix() -> str:
 
 class IpPool:
     def __init__(self, prefix: str) -> None:
-        network = ipaddress.ip_network(f"{prefix}.0.0/16")
-        if not network.subnet_of(ipaddress.ip_network("127.0.0.0/8")):
+        network = ipaddress.IPv4Network(f"{prefix}.0.0/16")
+        if not network.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
             raise ValueError(f"pod addresses must be loopback, not {network}")
         self._network = network
         self._cursor = 256  # the first 256 addresses are for nodes

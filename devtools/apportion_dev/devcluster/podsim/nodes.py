@@ -16,6 +16,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Node
 from lightkube.types import PatchType
 
+from apportion.publishing.client import decode
 from apportion_dev.devcluster.podsim import objects
 from apportion_dev.devcluster.podsim.ipam import IpPool
 
@@ -40,7 +41,7 @@ class SimulatedNodes:
         for index, name in enumerate(self.names):
             manifest = objects.node_manifest(index)
             try:
-                await self._client.create(Node.from_dict(manifest))
+                await self._client.create(decode(Node, manifest))
             except ApiError as error:
                 if error.status.code != 409:
                     raise

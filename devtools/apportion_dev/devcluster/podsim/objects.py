@@ -155,7 +155,7 @@ def choose_node(
     pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], load: Mapping[str, int]
 ) -> str | None:
     """The fitting node with the fewest pods, ties by name: replicas spread over zones."""
-    candidates = [n["metadata"]["name"] for n in nodes if fits(pod, n)]
+    candidates: list[str] = [n["metadata"]["name"] for n in nodes if fits(pod, n)]
     if not candidates:
         return None
     return min(candidates, key=lambda name: (load.get(name, 0), name))

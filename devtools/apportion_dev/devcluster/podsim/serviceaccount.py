@@ -47,7 +47,10 @@ class Cluster:
 
     @classmethod
     def from_kubeconfig(cls, path: str) -> Cluster:
-        cluster = KubeConfig.from_file(path).get().cluster
+        context = KubeConfig.from_file(path).get()
+        if context is None:
+            raise ValueError(f"{path}: no current context")
+        cluster = context.cluster
         if cluster.certificate_auth is None:
             raise ValueError(f"{path}: the cluster names no certificate-authority file")
         return cls(cluster.server, cluster.certificate_auth)
@@ -68,7 +71,7 @@ async def issue_token(client: AsyncClient, pod: Mapping[str, Any]) -> str:
         ),
     )
     issued = await client.create(request, account_of(pod), namespace=meta["namespace"])
-    if issued.status is None:
+    if issued.status is None or issued.status.token is None:
         raise ValueError(f"TokenRequest for {account_of(pod)} answered without a token")
     return issued.status.token
 

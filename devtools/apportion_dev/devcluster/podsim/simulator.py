@@ -184,14 +184,20 @@ class PodSimulator:
             )
         if spec.get("nodeName"):
             return spec["nodeName"] in self.nodes.names
-        return spec.get("schedulerName", DEFAULT_SCHEDULER) == DEFAULT_SCHEDULER
+        scheduler: str = spec.get("schedulerName", DEFAULT_SCHEDULER)
+        return scheduler == DEFAULT_SCHEDULER
 
-    async def sources(self, namespace: str, wanted: set[tuple[str, str]]) -> dict:
+    async def sources(
+        self, namespace: str, wanted: set[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[str, str]]:
         found = {}
         for kind, name in wanted:
-            resource = ConfigMap if kind == "ConfigMap" else Secret
             try:
-                obj = await self.client.get(resource, name, namespace=namespace)
+                obj: ConfigMap | Secret
+                if kind == "ConfigMap":
+                    obj = await self.client.get(ConfigMap, name, namespace=namespace)
+                else:
+                    obj = await self.client.get(Secret, name, namespace=namespace)
             except ApiError as error:
                 if error.status.code == 404:
                     continue
@@ -233,11 +239,13 @@ class PodWorker:
 
     @property
     def namespace(self) -> str:
-        return self.pod["metadata"]["namespace"]
+        namespace: str = self.pod["metadata"]["namespace"]
+        return namespace
 
     @property
     def name(self) -> str:
-        return self.pod["metadata"]["name"]
+        name: str = self.pod["metadata"]["name"]
+        return name
 
     @property
     def deleting(self) -> bool:
@@ -592,7 +600,7 @@ class PodWorker:
     async def _delete_now(self) -> None:
         try:
             current = await self.sim.client.get(Pod, self.name, namespace=self.namespace)
-            if current.metadata.uid == self.uid:
+            if current.metadata is not None and current.metadata.uid == self.uid:
                 await self.sim.client.delete(
                     Pod, self.name, namespace=self.namespace, grace_period=0
                 )

@@ -51,6 +51,7 @@ from .registry import (
     make_grain_strategy,
 )
 from .simulation import (
+    ActivationScenario,
     LoadModel,
     Placer,
     SimulationResult,
@@ -75,6 +76,7 @@ __all__ = [
     "FILTER_ENTRY_POINTS",
     "STRATEGY_ENTRY_POINTS",
     "ActivationCountBasedPlacement",
+    "ActivationScenario",
     "CandidateScore",
     "CandidateView",
     "ConsistentHashBasedPlacement",

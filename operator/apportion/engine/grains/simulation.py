@@ -98,32 +98,49 @@ def max_over_mean(counts: Sequence[int]) -> float:
     return max(counts) * len(counts) / total if total else 1.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationScenario:
+    """The numbers of a simulated run: `activations` grains arriving at `rate` per second on
+    `members` members, placed by `placers` of them (spread evenly through the sorted member
+    list), statistics published every `publish_interval` seconds; with `lifetime`, each
+    activation ends that many seconds after it started."""
+
+    members: int = 100
+    activations: int = 10_000
+    placers: int = 8
+    rate: float = 1000.0
+    publish_interval: float = 1.0
+    lifetime: float | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.members < 1 or self.activations < 0 or not 1 <= self.placers <= self.members:
+            raise ValueError("need members >= 1, activations >= 0 and 1 <= placers <= members")
+        if (
+            self.rate <= 0
+            or self.publish_interval <= 0
+            or (self.lifetime is not None and self.lifetime <= 0)
+        ):
+            raise ValueError("rate, publish_interval and lifetime must be > 0")
+
+
 def simulate_activations(
     strategy: Mapping[str, Any] | Callable[[random.Random], Placer],
+    scenario: ActivationScenario | None = None,
     *,
-    members: int = 100,
-    activations: int = 10_000,
-    placers: int = 8,
-    rate: float = 1000.0,
-    publish_interval: float = 1.0,
-    lifetime: float | None = None,
     filters: Sequence[Mapping[str, Any]] = (),
     labels: Callable[[int], Mapping[str, str]] | None = None,
     load: LoadModel | None = None,
-    seed: int = 0,
     label: str | None = None,
 ) -> SimulationResult:
-    """Place `activations` grains arriving at `rate` per second on `members` members, from
-    `placers` of them (spread evenly through the sorted member list), with statistics published
-    every `publish_interval` seconds. `strategy` is a GrainType strategy spec (built with
-    `filters`) or a factory taking the placer's random stream. With `lifetime`, each activation
-    ends that many seconds after it started."""
-    if members < 1 or activations < 0 or not 1 <= placers <= members:
-        raise ValueError("need members >= 1, activations >= 0 and 1 <= placers <= members")
-    if rate <= 0 or publish_interval <= 0 or (lifetime is not None and lifetime <= 0):
-        raise ValueError("rate, publish_interval and lifetime must be > 0")
+    """Run `scenario` (default `ActivationScenario()`). `strategy` is a GrainType strategy spec
+    (built with `filters`) or a factory taking the placer's random stream; `labels(i)`: member
+    i's labels; `load`: how statistics follow counts (default `LoadModel()`)."""
+    scenario = scenario or ActivationScenario()
+    members, activations, placers = scenario.members, scenario.activations, scenario.placers
+    rate, publish_interval, lifetime = scenario.rate, scenario.publish_interval, scenario.lifetime
     load = load if load is not None else LoadModel()
-    rng = random.Random(seed)
+    rng = random.Random(scenario.seed)
     width = len(str(members - 1))
     names = [f"member-{i:0{width}d}" for i in range(members)]
     member_labels = [dict(labels(i)) if labels is not None else {} for i in range(members)]
