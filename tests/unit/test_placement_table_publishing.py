@@ -11,14 +11,9 @@ import pytest
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import ChangeKind, TableStats
 from apportion.api.pods import WorkerPod
-from apportion.controllers.graintypes.document import (
-    build_document,
-    build_status,
-    counted_grain_types,
-    is_compatible,
-    problems,
-)
-from apportion.controllers.graintypes.gate import PublishGate
+from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
+from apportion.engine.grains.gate import PublishGate
+from apportion.engine.grains.status import build_status, problems
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
 

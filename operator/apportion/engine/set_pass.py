@@ -15,7 +15,6 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, TypeGuard
 
 from apportion.api.assignment import (
@@ -23,18 +22,11 @@ from apportion.api.assignment import (
     AssignmentFormatError,
     AssignmentTable,
     ResourceRef,
-    Suspensions,
     unit_order,
 )
 from apportion.api.common import rfc3339, seconds
-from apportion.api.conditions import (
-    Condition,
-    ConditionType,
-    condition_time,
-    set_conditions,
-)
 from apportion.api.pods import WorkerPod
-from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
+from apportion.api.unitset import KeySchemeName, UnitSetSpec
 from apportion.engine.allocation import (
     AllocationError,
     AllocationRequest,
@@ -48,7 +40,6 @@ from apportion.engine.reshard import Progress, gather_targets, next_lineage, pro
 from apportion.engine.restarts import (
     RestartHold,
     held_target,
-    hold_rows,
     spend_expired,
     stateful_identity,
     track_holds,
@@ -164,38 +155,6 @@ def parse_acks(pods: Iterable[WorkerPod], key: str) -> tuple[dict[str, Ack], lis
         except AssignmentFormatError as error:
             problems.append(Problem("InvalidAck", f"pod {pod.name}: {error}"))
     return acks, problems
-
-
-def suspensions(pods: Sequence[WorkerPod], key: str) -> dict[str, tuple[str, Suspensions]]:
-    """Pod uid → (name, the outages of its serving lease), from each pod's ack under `key`: told
-    after the fact, since nothing could be written while they lasted."""
-    acks, _ = parse_acks(pods, key)
-    return {
-        pod.uid: (pod.name, ack.suspended)
-        for pod in pods
-        if (ack := acks.get(pod.name)) is not None
-        and ack.suspended is not None
-        and ack.uid == pod.uid
-    }
-
-
-def suspension_news(
-    told: Mapping[str, tuple[str, Suspensions]], seen: Mapping[str, int]
-) -> list[str]:
-    """What an Event says of each pod whose acks tell of more suspensions than `seen` (uid → count
-    already reported), in pod order."""
-    news = []
-    for uid, (name, suspended) in sorted(told.items(), key=lambda kv: natural_key(kv[1][0])):
-        new = suspended.count - seen.get(uid, 0)
-        if new <= 0:
-            continue
-        times = "" if new == 1 else f" {new} times; the last time"
-        news.append(
-            f"{name} served nothing{times} for {suspended.last_seconds:.1f}s: its serving lease "
-            "ran out, as it could not confirm the assignment (API server out of reach, or the "
-            "process paused); it serves again"
-        )
-    return news
 
 
 def _capacity(pod: WorkerPod, label: str | None) -> tuple[float, Problem | None]:
@@ -620,7 +579,7 @@ def _round_summary(
     shown = ", ".join(f"{n} {src} → {dst}" for (src, dst), n in routes.most_common(6))
     more = ", …" if len(routes) > 6 else ""
     measure = "load" if by_load else "unit count"
-    figures = f"{_fmt(before)} → {_fmt(after)}"
+    figures = f"{ratio_text(before)} → {ratio_text(after)}"
     rest = f"; {held} more wait for later rounds" if held else ""
     return (
         f"rebalancing {sum(routes.values())} unit(s) ({shown}{more}); max/mean {measure} "
@@ -628,301 +587,8 @@ def _round_summary(
     )
 
 
-def _fmt(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-# ------------------------------------------------------------------------------------ status
-
-
-@dataclass(frozen=True)
-class StatusInput:
-    """What the status reports: the table as published after this pass, and the pass."""
-
-    table: AssignmentTable
-    result: PassResult
-    pods: Sequence[WorkerPod]
-    generation: int
-    config_map: str | None
-    now: float
-    """The pass's clock (Unix seconds): condition transition times; the engine reads none."""
-    conditions: Sequence[Condition | Mapping[str, Any]] = ()
-    last_round: float | None = None
-    metrics_source: MetricsSource = MetricsSource.COUNTS
-    loads: Mapping[str, float] | None = None
-    extra_problems: Sequence[Problem] = ()
-    awaiting_metrics: str | None = None
-    """Why placement counts units while it waits for the members' first load figures (the
-    metrics grace), or None."""
-
-
-def unit_set_status(s: StatusInput) -> dict[str, Any]:
-    """The status (wire form, every field present so a merge patch clears stale ones)."""
-    table, result = s.table, s.result
-    live = {pod.name: pod for pod in s.pods}
-    uids = table.member_uids
-    held_by: dict[str, list[str]] = {}
-    owned = 0
-    for unit, state in table.units.items():
-        owner = state.owner
-        if owner is not None and owner in live and live[owner].uid == uids.get(owner):
-            held_by.setdefault(owner, []).append(unit)
-            owned += 1
-    releasing = sum(1 for state in table.units.values() if state.releasing is not None)
-
-    # Rounded as the status shows it, so that the order agrees with the figures.
-    weights = {
-        name: f"{len(units) if s.loads is None else sum(s.loads.get(u, 0.0) for u in units):.2f}"
-        for name, units in held_by.items()
-    }
-    rows = [
-        {
-            "member": name,
-            "units": len(held_by[name]),
-            "load": None if s.loads is None else weights[name],
-        }
-        for name in sorted(held_by, key=lambda n: (-float(weights[n]), natural_key(n)))
-    ][:MAX_MEMBER_ROWS]
-    problems = [*result.problems, *s.extra_problems]
-    reshard = result.resharding
-    new_count = reshard is not None and table.count != reshard.lineage.from_count
-    if new_count:
-        reshard = None  # this pass published the new count
-    conditions = _conditions(s, owned, releasing, problems, reshard, new_count=new_count)
-    last_round = s.last_round
-    return {
-        "observedGeneration": s.generation,
-        "epoch": table.epoch,
-        "members": len(s.pods),
-        "readyMembers": sum(1 for name in held_by if live[name].ready),
-        "assignedUnits": owned,
-        "assignmentConfigMap": s.config_map,
-        "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
-        "movesInProgress": releasing,
-        "releasesFailing": 0 if result.decision is None else len(result.decision.failing),
-        "servingSuspensions": sum(
-            told.count for _, told in suspensions(s.pods, s.table.set_ref.ack_annotation).values()
-        ),
-        "lastRebalanceTime": None if last_round is None else rfc3339(last_round),
-        "metricsSource": s.metrics_source.value,
-        "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
-        "restartHolds": hold_rows(result.restart_holds, result.restart_grace)[:MAX_MEMBER_ROWS],
-        "resharding": None
-        if reshard is None
-        else {
-            "fromCount": reshard.lineage.from_count,
-            "toCount": reshard.lineage.to_count,
-            "phase": reshard.phase,
-            "readyUnits": reshard.ready,
-            "totalUnits": reshard.total,
-        },
-        "conditions": [c.to_json_dict() for c in conditions],
-    }
-
-
-def _conditions(
-    s: StatusInput,
-    owned: int,
-    releasing: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    *,
-    new_count: bool = False,
-) -> list[Condition]:
-    result, total = s.result, len(s.table.units)
-    plan = result.plan
-    unsettled = [p.name for p in s.pods if not p.ready or p.terminating]
-    pending = 0 if plan is None else len(plan.moves)
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
-
-    if blocking is not None:
-        ready = (False, blocking.reason, blocking.message)
-    elif owned < total and any(not h.spent for h in result.restart_holds.values()):
-        # kubectl describe should say why units are unowned: they wait for a restart.
-        ready = (False, "WaitingForRestart", _waiting_for_restart(s.result, total - owned))
-    elif owned < total:
-        ready = (False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner")
-    else:
-        ready = (True, "Assigned", f"every unit has a live owner (epoch {s.table.epoch})")
-
-    if blocking is not None:
-        balanced = (False, blocking.reason, blocking.message)
-    elif releasing:
-        balanced = (False, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif new_count:
-        # This pass planned the previous count; the new units sit on their parents' pods
-        # until the next pass places them.
-        balanced = (False, "Rebalancing", f"{total} unit(s) of the new count not placed yet")
-    elif pending and result.hold_reason:
-        balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
-    elif pending or (plan is not None and not plan.metrics.converged):
-        balanced = (False, "Rebalancing", f"{pending} move(s) planned")
-    elif unsettled:
-        # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
-        # does not even plan a round then).
-        shown = ", ".join(unsettled[:4]) + (", …" if len(unsettled) > 4 else "")
-        balanced = (False, "MembersNotReady", f"waiting for {len(unsettled)} member(s): {shown}")
-    else:
-        balanced = (True, "Balanced", f"max/mean {_fmt(result.imbalance)}")
-
-    if releasing:
-        progressing = (True, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif pending and blocking is None:
-        progressing = (True, "RebalancePending", result.hold_reason or "moves planned")
-    else:
-        progressing = (False, "Stable", "no moves under way")
-
-    faults = [p for p in problems if p.reason not in _NOT_FAULTS]
-    if faults:
-        first = faults[0]
-        others = f" (and {len(faults) - 1} more problem(s))" if len(faults) > 1 else ""
-        degraded = (True, first.reason, first.message + others)
-    else:
-        degraded = (False, "AsExpected", "")
-
-    if reshard is not None:
-        lineage = reshard.lineage
-        resharding = (
-            True,
-            reshard.phase,
-            f"{lineage.from_count} → {lineage.to_count} units: {reshard.ready} of "
-            f"{reshard.total} ready to publish",
-        )
-    else:
-        grew_from = s.table.lineage
-        since = "" if grew_from is None else f", resharded from {grew_from.from_count} at epoch "
-        since += "" if grew_from is None else str(grew_from.epoch)
-        resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
-
-    reconciling, stalled = _kstatus_conditions(
-        s, owned, total, releasing, pending, problems, reshard, new_count=new_count
-    )
-    return set_conditions(
-        s.conditions,
-        (
-            (ConditionType.READY, ready),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.BALANCED, balanced),
-            (ConditionType.PROGRESSING, progressing),
-            (ConditionType.DEGRADED, degraded),
-            (ConditionType.RESHARDING, resharding),
-        ),
-        observed_generation=s.generation,
-        now=condition_time(s.now),
-    )
-
-
-def _waiting_for_restart(result: PassResult, unowned: int) -> str:
-    holds = sorted(
-        (h for h in result.restart_holds.values() if not h.spent), key=lambda h: natural_key(h.pod)
-    )
-    each = ", ".join(
-        f"{len(h.units)} for {h.pod} until {rfc3339(h.until(result.restart_grace))}"
-        for h in holds[:4]
-    )
-    return (
-        f"{unowned} unit(s) have no live owner; unit(s) held for pods restarting in place "
-        f"(rebalance.restartGrace): {each}"
-    )
-
-
-_Verdict = tuple[bool, str, str]
-
-
-def _kstatus_conditions(
-    s: StatusInput,
-    owned: int,
-    total: int,
-    releasing: int,
-    pending: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    *,
-    new_count: bool,
-) -> tuple[_Verdict, _Verdict]:
-    """Reconciling and Stalled, kstatus' abnormal-true conditions (docs/api.md, "Status for
-    GitOps tools"): never both True, Stalled first, since kstatus reads whichever comes first."""
-    stalling = next((p for p in problems if p.reason in STALLING), None)
-    if stalling is not None:
-        return (False, "Stalled", _HELD), (True, stalling.reason, stalling.message)
-    stalled = (False, "AsExpected", _FINE)
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
-    if blocking is not None:  # a fence, the wait for the first members: they end by themselves
-        return (True, blocking.reason, blocking.message), stalled
-    if reshard is not None:
-        lineage = reshard.lineage
-        message = f"{lineage.from_count} → {lineage.to_count} units ({reshard.phase})"
-        return (True, "Resharding", message), stalled
-    if new_count:
-        return (True, "Resharding", f"{total} unit(s) of the new count not placed yet"), stalled
-    if releasing:
-        return (True, "HandoffInProgress", f"{releasing} unit(s) being handed off"), stalled
-    if owned < total:
-        return (True, "Placing", f"{total - owned} of {total} unit(s) have no owner yet"), stalled
-    if pending:
-        held = f": {s.result.hold_reason}" if s.result.hold_reason else ""
-        return (True, "Rebalancing", f"{pending} move(s) planned{held}"), stalled
-    if s.awaiting_metrics is not None:
-        return (True, "AwaitingMetrics", s.awaiting_metrics), stalled
-    return (False, "Settled", f"every unit placed, no move under way (epoch {s.table.epoch})"), (
-        stalled
-    )
-
-
-def blocked_conditions(
-    previous: Iterable[Condition | Mapping[str, Any]],
-    reason: str,
-    message: str,
-    *,
-    generation: int,
-    now: datetime,
-) -> list[Condition]:
-    """The conditions of a set whose pass placed nothing (the published table stands): a spec
-    the operator rejects (`InvalidSpec`) needs a user's change, Stalled (kstatus Failed); a
-    failed pass (`PassFailed`) is retried with back-off, Reconciling (kstatus InProgress)."""
-    if reason in STALLING:
-        reconciling = (False, "Stalled", _HELD)
-        stalled = (True, reason, message)
-    else:
-        reconciling, stalled = (True, reason, message), (False, "AsExpected", _FINE)
-    return set_conditions(
-        previous,
-        (
-            (ConditionType.READY, (False, reason, message)),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.DEGRADED, (True, reason, message)),
-        ),
-        observed_generation=generation,
-        now=now,
-    )
-
-
-_HELD = "nothing progresses until the spec or the cluster changes"
-_FINE = "nothing waits for a change of the spec or the cluster"
-
-STALLING = frozenset(
-    {"NoMembers", "InvalidSpec", "InvalidStrategy", "WorkloadNotFound", "HandoffTimedOut"}
-)
-"""Problems that need a user's change (Stalled=True, kstatus Failed); everything else that
-holds placement back ends by itself (Reconciling=True)."""
-
-_BLOCKING = frozenset(
-    {
-        "NoMembers",
-        "InvalidStrategy",
-        "InvalidSpec",
-        "WorkloadNotFound",
-        "AssignmentFenced",
-        "PassFailed",
-        "WaitingForMembers",
-    }
-)
-"""Problems that stop placement altogether (the published table stands)."""
-
-_NOT_FAULTS = frozenset({"WaitingForMembers"})
-"""Reasons that hold placement back although nothing is wrong: not Degraded."""
 
 
 def _with_serving_lease(
@@ -950,15 +616,13 @@ def initial_table(
 
 
 __all__ = [
-    "STALLING",
     "PassInput",
     "PassResult",
     "Problem",
     "Rollout",
-    "StatusInput",
-    "blocked_conditions",
     "imbalance",
     "initial_table",
+    "natural_key",
+    "parse_acks",
     "plan_pass",
-    "unit_set_status",
 ]

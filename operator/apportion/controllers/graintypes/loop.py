@@ -24,20 +24,18 @@ from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
 from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
-from apportion.controllers.graintypes.document import (
-    GrainTypeProblem,
-    blocked_status,
-    build_document,
-    build_status,
-    counted_grain_types,
-    invalid_status,
-    is_compatible,
-    problems,
-)
-from apportion.controllers.graintypes.gate import PublishGate
 from apportion.controllers.pods import pods_of, select
 from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
+from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
+from apportion.engine.grains.gate import PublishGate
+from apportion.engine.grains.status import (
+    GrainTypeProblem,
+    blocked_status,
+    build_status,
+    invalid_status,
+    problems,
+)
 from apportion.publishing.placement_table import PlacementTableStore
 from apportion.publishing.status import patch_status
 

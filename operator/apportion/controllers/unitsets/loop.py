@@ -35,21 +35,18 @@ from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
+from apportion.engine.kstatus import blocked_conditions
 from apportion.engine.restarts import spend_expired
 from apportion.engine.set_pass import (
     PassInput,
     PassResult,
     Problem,
     Rollout,
-    StatusInput,
-    blocked_conditions,
     initial_table,
     plan_pass,
-    suspension_news,
-    suspensions,
-    unit_set_status,
 )
 from apportion.engine.set_state import SetState, loads_grace, timestamp
+from apportion.engine.set_status import StatusInput, suspension_news, suspensions, unit_set_status
 from apportion.publishing.configmaps import (
     AssignmentStore,
 )
