@@ -21,6 +21,7 @@ from apportion.api.assignment import (
     Ack,
     AssignmentFormatError,
     AssignmentTable,
+    Lineage,
     ResourceRef,
     unit_order,
 )
@@ -379,19 +380,13 @@ def unknown_pins(spec: UnitSetSpec, pods: Sequence[WorkerPod]) -> list[Problem]:
 
 def plan_pass(inp: PassInput) -> PassResult:
     """One pass: strategy plan, held-back optional moves, one hand-off step."""
-    spec, published, now = inp.spec, inp.published, inp.now
     everyone = [*inp.pods, *inp.departed]
-    acks, problems = parse_acks(everyone, published.set_ref.ack_annotation)
+    acks, problems = parse_acks(everyone, inp.published.set_ref.ack_annotation)
     if not inp.pods:
-        problems.insert(
-            0,
-            Problem(
-                "NoMembers",
-                "no worker pod matches the selector; the last published assignment is kept",
-            ),
+        no_members = Problem(
+            "NoMembers", "no worker pod matches the selector; the last published assignment is kept"
         )
-        return _undecided(inp, problems)
-
+        return _undecided(inp, [no_members, *problems])
     barrier = startup_barrier(inp)
     if barrier is not None:
         waiting, until = barrier
@@ -399,122 +394,199 @@ def plan_pass(inp: PassInput) -> PassResult:
 
     members, member_problems = engine_members(inp, acks)
     problems.extend(member_problems)
-    problems.extend(unknown_pins(spec, inp.pods))
-    by_name = {m.name: m for m in members}
-    owners, moving = intended_owners(published, everyone)
-
-    # The strategy plans a full round (so the status can say what waits); the pass then keeps
-    # its optional moves only when a round may run now.
-    interval = spec.rebalance.interval.total_seconds()
-    hold_reason: str | None = None
-    next_round: float | None = None
-    round_budget = budget = move_budget(spec.rebalance, spec.units)
-    lineage = (
-        next_lineage(published, spec.units) if spec.key_scheme is KeySchemeName.APPORTION else None
-    )
-    if lineage is not None:
-        # Nothing moves for the balance while the count changes: units of pods that are gone
-        # still do (forced), and a merge's gathering moves are added below.
-        hold_reason, budget = f"resharding {lineage.from_count} → {lineage.to_count}", 0
-    elif spec.rebalance.pause_during_rollout and inp.rollout.rolling:
-        hold_reason, budget = f"rollout in progress: {inp.rollout.message}", 0
-    elif (scaling := scale_up_wait(inp)) is not None:
-        (hold_reason, next_round), budget = scaling, 0
-    elif inp.last_round is not None and now < inp.last_round + interval:
-        next_round = inp.last_round + interval
-        hold_reason, budget = "waiting for the next rebalance round", 0
-
-    grace = spec.rebalance.restart_grace.total_seconds()
-    holds = track_holds(
-        inp.restart_holds,
-        published,
-        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
-        now,
-        grace,
-        lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
-    )
-    waiting_for = held_target(holds, inp.pods)
+    problems.extend(unknown_pins(inp.spec, inp.pods))
+    owners, moving = intended_owners(inp.published, everyone)
+    lineage = _lineage(inp)
+    holds, waiting_for = _restart_holds(inp)
     # Held units are no strategy's to place: they wait for their member alone.
     request = allocation_request(
-        published, members, owners, moving, inp.loads, held=waiting_for.keys()
+        inp.published, members, owners, moving, inp.loads, held=waiting_for.keys()
     )
+    # The strategy plans a full round (so the status can say what waits); the pass then keeps
+    # its optional moves only when a round may run now.
     try:
-        plan = strategy_for(spec, budget=round_budget).plan(request)
+        strategy = strategy_for(inp.spec, budget=move_budget(inp.spec.rebalance, inp.spec.units))
+        plan = strategy.plan(request)
     except AllocationError as error:
-        problems.insert(0, Problem("InvalidStrategy", str(error)))
-        return _undecided(inp, problems)
+        return _undecided(inp, [Problem("InvalidStrategy", str(error)), *problems])
 
+    by_name = {m.name: m for m in members}
+    round_ = _budget_round(plan, by_name, _round_hold(inp, lineage), inp)
+    target = _target(owners, round_.kept, lineage, waiting_for)
+    decision = _hand_off(inp, target, acks, waiting_for)
+    if decision.failing:
+        problems.append(release_failing(inp.published, decision.failing))
+    decision, reshard = _reshard_step(inp, lineage, decision)
+    decision = _with_serving_lease(
+        decision, inp.published, inp.spec.rebalance.serving_lease_seconds()
+    )
+    current = imbalance(owners, members, inp.loads)
+    summary = None
+    if round_.optional:
+        after = imbalance(target, members, inp.loads)
+        summary = _round_summary(
+            round_.kept, by_name, current, after, round_.held, inp.loads is not None
+        )
+    return PassResult(
+        decision=decision,
+        plan=plan,
+        kept=round_.kept,
+        held=round_.held,
+        hold_reason=round_.hold_reason,
+        round_started=round_.optional > 0 and decision.new_table is not None,
+        next_round=round_.next_round,
+        problems=tuple(problems),
+        summary=summary,
+        imbalance=current,
+        resharding=reshard,
+        restart_holds=holds,
+        restart_grace=inp.spec.rebalance.restart_grace.total_seconds(),
+    )
+
+
+def _lineage(inp: PassInput) -> Lineage | None:
+    """The count change under way (apportion key scheme only), or None."""
+    if inp.spec.key_scheme is not KeySchemeName.APPORTION:
+        return None
+    return next_lineage(inp.published, inp.spec.units)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """Why optional moves wait this pass (None: they may run), when to look again, and how
+    many of them may run."""
+
+    reason: str | None
+    next_round: float | None
+    budget: int
+
+
+def _round_hold(inp: PassInput, lineage: Lineage | None) -> _Hold:
+    """Whether a rebalance round may run now: not while the count changes (units of pods that
+    are gone still move, they are forced, and a merge's gathering moves are added later), a
+    paused rollout, a scale-up or before the interval since the last round is over."""
+    rebalance = inp.spec.rebalance
+    interval = rebalance.interval.total_seconds()
+    if lineage is not None:
+        return _Hold(f"resharding {lineage.from_count} → {lineage.to_count}", None, 0)
+    if rebalance.pause_during_rollout and inp.rollout.rolling:
+        return _Hold(f"rollout in progress: {inp.rollout.message}", None, 0)
+    scaling = scale_up_wait(inp)
+    if scaling is not None:
+        return _Hold(scaling[0], scaling[1], 0)
+    if inp.last_round is not None and inp.now < inp.last_round + interval:
+        return _Hold("waiting for the next rebalance round", inp.last_round + interval, 0)
+    return _Hold(None, None, move_budget(rebalance, inp.spec.units))
+
+
+def _restart_holds(inp: PassInput) -> tuple[dict[str, RestartHold], dict[str, str | None]]:
+    """The members restarting in place after this pass, and the units that wait for them
+    (unit → the member, or None while it is away)."""
+    spec = inp.spec
+    holds = track_holds(
+        inp.restart_holds,
+        inp.published,
+        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
+        inp.now,
+        spec.rebalance.restart_grace.total_seconds(),
+        lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
+    )
+    return holds, held_target(holds, inp.pods)
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """The moves a pass makes (`kept`), of which `optional` are a rebalance round's, and the
+    optional ones it leaves for later (`held`)."""
+
+    kept: tuple[Move, ...]
+    optional: int
+    held: int
+    hold_reason: str | None
+    next_round: float | None
+
+
+def _budget_round(plan: Plan, members: Mapping[str, Member], hold: _Hold, inp: PassInput) -> _Round:
+    """Forced moves all; optional ones up to the round's budget, the rest held back."""
     kept: list[Move] = []
     held = optional = 0
     for move in plan.moves:
-        if _forced(move, by_name):
+        if _forced(move, members):
             kept.append(move)
-        elif optional < budget:
+        elif optional < hold.budget:
             kept.append(move)
             optional += 1
         else:
             held += 1
-    if held and hold_reason is None:
-        hold_reason = f"at most {budget} unit(s) move per round (rebalance.maxMovesPerRound)"
-    if (held or not plan.metrics.converged) and next_round is None:
+    reason, next_round = hold.reason, hold.next_round
+    if held and reason is None:
+        reason = f"at most {hold.budget} unit(s) move per round (rebalance.maxMovesPerRound)"
+    more = held or not plan.metrics.converged
+    if more and next_round is None:
         # More rounds to go (the strategy stopped at its own limit, or moves were held).
-        next_round = now + interval
+        next_round = inp.now + inp.spec.rebalance.interval.total_seconds()
+    return _Round(tuple(kept), optional, held, reason, next_round if more else None)
 
+
+def _target(
+    owners: Mapping[str, str],
+    kept: Iterable[Move],
+    lineage: Lineage | None,
+    waiting_for: Mapping[str, str | None],
+) -> dict[str, str | None]:
+    """Where every unit goes this pass: where it is, moved by the kept moves, gathered onto one
+    pod for a merge, held for a restarting member."""
     target: dict[str, str | None] = dict(owners)
     for move in kept:
         target[move.unit] = move.target
     if lineage is not None and not lineage.split:
         target = gather_targets(lineage, target)
     target.update(waiting_for)
+    return target
+
+
+def _hand_off(
+    inp: PassInput,
+    target: Mapping[str, str | None],
+    acks: Mapping[str, Ack],
+    waiting_for: Mapping[str, str | None],
+) -> HandoffDecision:
+    """One fenced hand-off step towards `target`; departed pods hand off as drained members."""
     live = {pod.name: pod for pod in inp.pods}
     live.update({pod.name: replace(pod, drained=True) for pod in inp.departed})
     decision = step(
-        published,
+        inp.published,
         target,
         acks,
         live,
-        now,
-        spec.rebalance.handoff_timeout.total_seconds(),
+        inp.now,
+        inp.spec.rebalance.handoff_timeout.total_seconds(),
         generation=inp.generation,
         releases_known=inp.releases_known,
     )
     if waiting_for:
         decision = replace(decision, events=_held_events(decision.events, waiting_for))
-    if decision.failing:
-        problems.append(release_failing(published, decision.failing))
-    reshard = None
-    if lineage is not None:
-        reshard = progress(published, lineage)
-        if decision.new_table is None and reshard.done:
-            event = HandoffEvent(
-                Reason.RESHARDED,
-                str(lineage.from_count),
-                str(lineage.to_count),
-                tuple(str(u) for u in range(lineage.to_count)),
-            )
-            table = resharded(published, lineage, inp.generation)
-            decision = HandoffDecision(table, (event,), (), None)
-    decision = _with_serving_lease(decision, published, spec.rebalance.serving_lease_seconds())
-    current = imbalance(owners, members, inp.loads)
-    summary = None
-    if optional:
-        after = imbalance(target, members, inp.loads)
-        summary = _round_summary(kept, by_name, current, after, held, inp.loads is not None)
-    return PassResult(
-        decision=decision,
-        plan=plan,
-        kept=tuple(kept),
-        held=held,
-        hold_reason=hold_reason,
-        round_started=optional > 0 and decision.new_table is not None,
-        next_round=next_round if held or not plan.metrics.converged else None,
-        problems=tuple(problems),
-        summary=summary,
-        imbalance=current,
-        resharding=reshard,
-        restart_holds=holds,
-        restart_grace=grace,
-    )
+    return decision
+
+
+def _reshard_step(
+    inp: PassInput, lineage: Lineage | None, decision: HandoffDecision
+) -> tuple[HandoffDecision, Progress | None]:
+    """A count change's progress, and the table of the new count once every unit is ready for
+    it and nothing else changes this pass."""
+    if lineage is None:
+        return decision, None
+    reshard = progress(inp.published, lineage)
+    if decision.new_table is None and reshard.done:
+        event = HandoffEvent(
+            Reason.RESHARDED,
+            str(lineage.from_count),
+            str(lineage.to_count),
+            tuple(str(u) for u in range(lineage.to_count)),
+        )
+        table = resharded(inp.published, lineage, inp.generation)
+        decision = HandoffDecision(table, (event,), (), None)
+    return decision, reshard
 
 
 def _held_events(
