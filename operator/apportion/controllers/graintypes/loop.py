@@ -33,6 +33,8 @@ from apportion.engine.grains.status import (
     GrainTypeProblem,
     blocked_status,
     build_status,
+    claimed_grain_types,
+    conflicts,
     invalid_status,
     problems,
 )
@@ -188,7 +190,7 @@ class GrainTypeLoop:
         await self.report(status, found)
         if gate.published is not None:
             telemetry.TABLE_EPOCH.labels(*self.labels).set(gate.published.version)
-        return interval if decision.retry_in is None else min(interval, decision.retry_in)
+        return decision.next_pass(interval)
 
     @property
     def body(self) -> Mapping[str, Any]:
@@ -198,18 +200,11 @@ class GrainTypeLoop:
 
     def conflicts(self, graintype: GrainType) -> dict[str, list[str]]:
         """This GrainType's grain types that other GrainTypes of the namespace claim too."""
-        claims = [
-            (other["metadata"]["name"], claimed_grain_types(other))
+        claims = {
+            other["metadata"]["name"]: claimed_grain_types(other)
             for other in self.runtime.bodies("GrainType", self.namespace)
-        ]
-        result: dict[str, list[str]] = {}
-        for grain_type in graintype.grain_type_names():
-            others = sorted(
-                name for name, names in claims if name != self.name and grain_type in names
-            )
-            if others:
-                result[grain_type] = others
-        return result
+        }
+        return conflicts(self.name, graintype.grain_type_names(), claims)
 
     def conditions(self) -> list[Any]:
         return list((self.status or self.body.get("status") or {}).get("conditions") or ())
@@ -225,9 +220,3 @@ class GrainTypeLoop:
         if status != self.status:
             await patch_status(self.runtime.client, "GrainType", self.namespace, self.name, status)
             self.status = status
-
-
-def claimed_grain_types(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """The grain types a GrainType places: its `grainTypes`, or its own name."""
-    spec = body.get("spec") or {}
-    return tuple(spec.get("grainTypes") or (body["metadata"]["name"],))

@@ -32,6 +32,26 @@ class GrainTypeProblem:
     blocking: bool = False
 
 
+def claimed_grain_types(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The grain types a GrainType places, from its raw body: its `grainTypes`, or its own
+    name (raw, so that another GrainType whose spec the models reject still counts)."""
+    spec = body.get("spec") or {}
+    return tuple(spec.get("grainTypes") or (body["metadata"]["name"],))
+
+
+def conflicts(
+    name: str, grain_types: Sequence[str], claims: Mapping[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """Each of GrainType `name`'s grain types that other GrainTypes of its namespace claim
+    too (`claims`: GrainType → its grain types), with those others by name."""
+    found: dict[str, list[str]] = {}
+    for grain_type in grain_types:
+        others = sorted(o for o, names in claims.items() if o != name and grain_type in names)
+        if others:
+            found[grain_type] = others
+    return found
+
+
 def problems(
     graintype: GrainType,
     selected: Sequence[WorkerPod],
