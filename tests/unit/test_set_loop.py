@@ -10,7 +10,14 @@ from typing import Any
 from test_unitset_pass import REF, pods, pset, workers
 
 from apportion.api.pods import WorkerPod
-from apportion.engine.set_loop import Gathered, departed_owners, next_wake, prepare, run
+from apportion.engine.set_loop import (
+    Gathered,
+    departed_owners,
+    next_wake,
+    prepare,
+    run,
+    written,
+)
 from apportion.engine.set_pass import PassInput, Problem, initial_table, plan_pass
 from apportion.engine.set_state import SetState
 
@@ -88,3 +95,23 @@ def test_a_missing_workload_keeps_the_table() -> None:
     g = Gathered(spec(), placed(members), 1, [], members, NOW, problem=problem)
     outcome = run(g, prepare(g, SetState(), None, None), SetState())
     assert outcome.result.decision is None and outcome.result.problems == (problem,)
+
+
+def test_a_written_table_starts_its_round_and_reports_a_forced_hand_off() -> None:
+    two = workers(2)
+    three = workers(3)
+    state = SetState()
+    g = Gathered(spec(), placed(two), 1, three, three, NOW)
+    round_ = run(g, prepare(g, state, None, None), state).result
+    assert round_.round_started and round_.new_table is not None
+    state.written(round_.new_table, NOW)  # as SetLoop.write_table: the releases known from now
+    written(state, round_, NOW, 30.0)
+    assert state.last_round == NOW and state.timeout_problem(NOW) is None
+
+    late = replace(g, published=round_.new_table, now=NOW + 120)  # nobody acked
+    forced = run(late, prepare(late, state, None, None), state).result
+    assert forced.new_table is not None
+    written(state, forced, late.now, 30.0)
+    problem = state.timeout_problem(late.now)
+    assert problem is not None and problem.reason == "HandoffTimedOut"
+    assert state.last_round == NOW, "a forced hand-off starts no round"

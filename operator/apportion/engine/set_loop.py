@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from apportion.api.assignment import AssignmentTable
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import UnitSetSpec
+from apportion.engine.handoff import Reason
 from apportion.engine.restarts import RestartHold, spend_expired
 from apportion.engine.set_pass import PassInput, PassResult, Problem, Rollout, plan_pass
 from apportion.engine.set_state import SetState
@@ -165,6 +166,16 @@ def run(g: Gathered, p: Prepared, state: SetState) -> Outcome:
     return Outcome(result, planned=True, new_holds=new_holds)
 
 
+def written(state: SetState, result: PassResult, now: float, handoff_timeout: float) -> None:
+    """What the state keeps of a pass whose table was written: when its rebalance round
+    started, and a hand-off its timeout forced (reported for a while)."""
+    if result.round_started:
+        state.last_round = now
+    for event in () if result.decision is None else result.decision.events:
+        if event.reason is Reason.HANDOFF_TIMED_OUT:
+            state.hand_off_timed_out(now, event.message(), handoff_timeout)
+
+
 def next_wake(g: Gathered, p: Prepared, result: PassResult, state: SetState) -> float | None:
     """When to pass again although nothing changes: the pass's own wake-up (a hand-off timeout,
     the next round, a restart hold's end), the next load tick, the end of a fence or of a
@@ -181,4 +192,13 @@ def next_wake(g: Gathered, p: Prepared, result: PassResult, state: SetState) -> 
     return wake_at
 
 
-__all__ = ["Gathered", "Outcome", "Prepared", "departed_owners", "next_wake", "prepare", "run"]
+__all__ = [
+    "Gathered",
+    "Outcome",
+    "Prepared",
+    "departed_owners",
+    "next_wake",
+    "prepare",
+    "run",
+    "written",
+]

@@ -39,7 +39,7 @@ from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
 from apportion.engine.kstatus import blocked_conditions
 from apportion.engine.restarts import RestartHold
-from apportion.engine.set_loop import Gathered, next_wake, prepare, run
+from apportion.engine.set_loop import Gathered, next_wake, prepare, run, written
 from apportion.engine.set_pass import (
     PassResult,
     Problem,
@@ -329,8 +329,7 @@ class SetLoop:
                 for unit in decision.units:
                     if unit in releases:
                         duration.observe(max(0.0, now - releases[unit].since))
-        if result.round_started:
-            self.state.last_round = now
+        written(self.state, result, now, self.kind_spec_timeout())
         events = self.runtime.events
         if result.summary:
             events.post(self.set_ref, "Normal", "Rebalancing", "Rebalance", result.summary)
@@ -339,9 +338,6 @@ class SetLoop:
             events.post(
                 self.set_ref, decision.type, decision.reason.value, action, decision.message()
             )
-            if decision.reason is Reason.HANDOFF_TIMED_OUT:
-                timeout = self.kind_spec_timeout()
-                self.state.hand_off_timed_out(now, decision.message(), timeout)
         self.logger.info(
             "Published epoch %d: %s",
             table.epoch,
