@@ -1,11 +1,11 @@
-"""One placement pass of a PartitionSet or ShardSet, and the status that reports it.
+"""One placement pass of a PartitionSet or ShardSet (its status: `apportion.engine.set_status`).
 
 A pass turns what the API server holds — the spec, the published assignment table, the worker
 pods (with their acks) and the workload's rollout state — into at most one new table: the
 allocation strategy says where every unit should live (`apportion.engine.allocation`), the pass
 holds back optional moves (rollout, rebalance interval, moves per round), and the fenced hand-off
 (`apportion.engine.handoff.step`) advances every unit one move towards that target. Pure: no I/O,
-no clock; the controller runs it whenever something it reads changes.
+no clock; `apportion.engine.set_loop` runs it whenever something the controller reads changes.
 """
 
 from __future__ import annotations

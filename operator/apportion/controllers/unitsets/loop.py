@@ -16,7 +16,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -95,7 +95,8 @@ class SetLoop:
         self.awaiting_metrics: str | None = None
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.desired_members: int | None = None
-        self.fingerprint: tuple[Any, ...] | None = None
+        self.created = seconds(meta.get("creationTimestamp"))  # the start of startup.timeout
+        self.fingerprint: tuple[Hashable, ...] | None = None
         self.wake_at: float | None = None
         self._parsed: tuple[int, Resource | ValidationError] | None = None
 
@@ -213,7 +214,7 @@ class SetLoop:
             loads=loads,
             metrics_problem=metrics_problem,
             desired_members=self.desired_members,
-            created=seconds(self.body["metadata"].get("creationTimestamp")),
+            created=self.created,
         )
         prepared = prepare(gathered, self.state, self.fingerprint, self.wake_at)
         if not prepared.new:
