@@ -143,6 +143,31 @@ def unit_set_status(s: StatusInput) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class _Facts:
+    """What the conditions are judged from: the status input and the figures of the table."""
+
+    s: StatusInput
+    owned: int
+    releasing: int
+    problems: Sequence[Problem]
+    reshard: Progress | None
+    new_count: bool
+
+    @property
+    def total(self) -> int:
+        return len(self.s.table.units)
+
+    @property
+    def pending(self) -> int:
+        plan = self.s.result.plan
+        return 0 if plan is None else len(plan.moves)
+
+    @property
+    def blocking(self) -> Problem | None:
+        return next((p for p in self.problems if p.reason in _BLOCKING), None)
+
+
 def _conditions(
     s: StatusInput,
     owned: int,
@@ -152,88 +177,114 @@ def _conditions(
     *,
     new_count: bool = False,
 ) -> list[Condition]:
-    result, total = s.result, len(s.table.units)
-    plan = result.plan
-    unsettled = [p.name for p in s.pods if not p.ready or p.terminating]
-    pending = 0 if plan is None else len(plan.moves)
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
+    f = _Facts(s, owned, releasing, problems, reshard, new_count)
+    reconciling, stalled = verdicts(problems, _reconciling(f))
+    return set_conditions(
+        s.conditions,
+        (
+            (ConditionType.READY, _ready(f)),
+            (ConditionType.RECONCILING, reconciling),
+            (ConditionType.STALLED, stalled),
+            (ConditionType.BALANCED, _balanced(f)),
+            (ConditionType.PROGRESSING, _progressing(f)),
+            (ConditionType.DEGRADED, _degraded(problems)),
+            (ConditionType.RESHARDING, _resharding(s.table, reshard)),
+        ),
+        observed_generation=s.generation,
+        now=condition_time(s.now),
+    )
 
+
+def _ready(f: _Facts) -> Verdict:
+    result, total, owned, blocking = f.s.result, f.total, f.owned, f.blocking
     if blocking is not None:
-        ready = (False, blocking.reason, blocking.message)
-    elif owned < total and any(not h.spent for h in result.restart_holds.values()):
+        return False, blocking.reason, blocking.message
+    if owned < total and any(not h.spent for h in result.restart_holds.values()):
         # kubectl describe should say why units are unowned: they wait for a restart.
-        ready = (False, "WaitingForRestart", _waiting_for_restart(s.result, total - owned))
-    elif owned < total:
-        ready = (False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner")
-    else:
-        ready = (True, "Assigned", f"every unit has a live owner (epoch {s.table.epoch})")
+        return False, "WaitingForRestart", _waiting_for_restart(result, total - owned)
+    if owned < total:
+        return False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner"
+    return True, "Assigned", f"every unit has a live owner (epoch {f.s.table.epoch})"
 
+
+def _balanced(f: _Facts) -> Verdict:
+    result, pending, blocking = f.s.result, f.pending, f.blocking
+    plan = result.plan
+    unsettled = [p.name for p in f.s.pods if not p.ready or p.terminating]
     if blocking is not None:
-        balanced = (False, blocking.reason, blocking.message)
-    elif releasing:
-        balanced = (False, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif new_count:
+        return False, blocking.reason, blocking.message
+    if f.releasing:
+        return False, "HandoffInProgress", f"{f.releasing} unit(s) being handed off"
+    if f.new_count:
         # This pass planned the previous count; the new units sit on their parents' pods
         # until the next pass places them.
-        balanced = (False, "Rebalancing", f"{total} unit(s) of the new count not placed yet")
-    elif pending and result.hold_reason:
-        balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
-    elif pending or (plan is not None and not plan.metrics.converged):
-        balanced = (False, "Rebalancing", f"{pending} move(s) planned")
-    elif unsettled:
+        return False, "Rebalancing", f"{f.total} unit(s) of the new count not placed yet"
+    if pending and result.hold_reason:
+        return False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}"
+    if pending or (plan is not None and not plan.metrics.converged):
+        return False, "Rebalancing", f"{pending} move(s) planned"
+    if unsettled:
         # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
         # does not even plan a round then).
         shown = ", ".join(unsettled[:4]) + (", …" if len(unsettled) > 4 else "")
-        balanced = (False, "MembersNotReady", f"waiting for {len(unsettled)} member(s): {shown}")
-    else:
-        balanced = (True, "Balanced", f"max/mean {ratio_text(result.imbalance)}")
+        return False, "MembersNotReady", f"waiting for {len(unsettled)} member(s): {shown}"
+    return True, "Balanced", f"max/mean {ratio_text(result.imbalance)}"
 
-    if releasing:
-        progressing = (True, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif pending and blocking is None:
-        progressing = (True, "RebalancePending", result.hold_reason or "moves planned")
-    else:
-        progressing = (False, "Stable", "no moves under way")
 
+def _progressing(f: _Facts) -> Verdict:
+    if f.releasing:
+        return True, "HandoffInProgress", f"{f.releasing} unit(s) being handed off"
+    if f.pending and f.blocking is None:
+        return True, "RebalancePending", f.s.result.hold_reason or "moves planned"
+    return False, "Stable", "no moves under way"
+
+
+def _degraded(problems: Sequence[Problem]) -> Verdict:
     faults = [p for p in problems if p.reason not in _NOT_FAULTS]
-    if faults:
-        first = faults[0]
-        others = f" (and {len(faults) - 1} more problem(s))" if len(faults) > 1 else ""
-        degraded = (True, first.reason, first.message + others)
-    else:
-        degraded = (False, "AsExpected", "")
+    if not faults:
+        return False, "AsExpected", ""
+    first = faults[0]
+    others = f" (and {len(faults) - 1} more problem(s))" if len(faults) > 1 else ""
+    return True, first.reason, first.message + others
 
+
+def _resharding(table: AssignmentTable, reshard: Progress | None) -> Verdict:
     if reshard is not None:
         lineage = reshard.lineage
-        resharding = (
+        return (
             True,
             reshard.phase,
             f"{lineage.from_count} → {lineage.to_count} units: {reshard.ready} of "
             f"{reshard.total} ready to publish",
         )
-    else:
-        grew_from = s.table.lineage
-        since = "" if grew_from is None else f", resharded from {grew_from.from_count} at epoch "
-        since += "" if grew_from is None else str(grew_from.epoch)
-        resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
+    grew_from = table.lineage
+    since = "" if grew_from is None else f", resharded from {grew_from.from_count} at epoch "
+    since += "" if grew_from is None else str(grew_from.epoch)
+    return False, "Resharded", f"the published table has {table.count} units{since}"
 
-    reconciling, stalled = _kstatus_conditions(
-        s, owned, total, releasing, pending, problems, reshard, new_count=new_count
-    )
-    return set_conditions(
-        s.conditions,
-        (
-            (ConditionType.READY, ready),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.BALANCED, balanced),
-            (ConditionType.PROGRESSING, progressing),
-            (ConditionType.DEGRADED, degraded),
-            (ConditionType.RESHARDING, resharding),
-        ),
-        observed_generation=s.generation,
-        now=condition_time(s.now),
-    )
+
+def _reconciling(f: _Facts) -> Verdict:
+    """What the set is doing while it is not stalled (`apportion.engine.kstatus.verdicts`
+    decides that), the most pressing first."""
+    total, blocking, reshard = f.total, f.blocking, f.reshard
+    if blocking is not None:  # a fence, the wait for the first members: they end by themselves
+        return True, blocking.reason, blocking.message
+    if reshard is not None:
+        lineage = reshard.lineage
+        counts = f"{lineage.from_count} → {lineage.to_count}"
+        return True, "Resharding", f"{counts} units ({reshard.phase})"
+    if f.new_count:
+        return True, "Resharding", f"{total} unit(s) of the new count not placed yet"
+    if f.releasing:
+        return True, "HandoffInProgress", f"{f.releasing} unit(s) being handed off"
+    if f.owned < total:
+        return True, "Placing", f"{total - f.owned} of {total} unit(s) have no owner yet"
+    if f.pending:
+        held = f": {f.s.result.hold_reason}" if f.s.result.hold_reason else ""
+        return True, "Rebalancing", f"{f.pending} move(s) planned{held}"
+    if f.s.awaiting_metrics is not None:
+        return True, "AwaitingMetrics", f.s.awaiting_metrics
+    return False, "Settled", f"every unit placed, no move under way (epoch {f.s.table.epoch})"
 
 
 def _waiting_for_restart(result: PassResult, unowned: int) -> str:
@@ -248,55 +299,6 @@ def _waiting_for_restart(result: PassResult, unowned: int) -> str:
         f"{unowned} unit(s) have no live owner; unit(s) held for pods restarting in place "
         f"(rebalance.restartGrace): {each}"
     )
-
-
-def _kstatus_conditions(
-    s: StatusInput,
-    owned: int,
-    total: int,
-    releasing: int,
-    pending: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    *,
-    new_count: bool,
-) -> tuple[Verdict, Verdict]:
-    """Reconciling and Stalled (`apportion.engine.kstatus.verdicts`): what the set is doing
-    while it is not stalled, the most pressing first."""
-    return verdicts(
-        problems, _reconciling(s, owned, total, releasing, pending, problems, reshard, new_count)
-    )
-
-
-def _reconciling(
-    s: StatusInput,
-    owned: int,
-    total: int,
-    releasing: int,
-    pending: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    new_count: bool,
-) -> Verdict:
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
-    if blocking is not None:  # a fence, the wait for the first members: they end by themselves
-        return True, blocking.reason, blocking.message
-    if reshard is not None:
-        lineage = reshard.lineage
-        counts = f"{lineage.from_count} → {lineage.to_count}"
-        return True, "Resharding", f"{counts} units ({reshard.phase})"
-    if new_count:
-        return True, "Resharding", f"{total} unit(s) of the new count not placed yet"
-    if releasing:
-        return True, "HandoffInProgress", f"{releasing} unit(s) being handed off"
-    if owned < total:
-        return True, "Placing", f"{total - owned} of {total} unit(s) have no owner yet"
-    if pending:
-        held = f": {s.result.hold_reason}" if s.result.hold_reason else ""
-        return True, "Rebalancing", f"{pending} move(s) planned{held}"
-    if s.awaiting_metrics is not None:
-        return True, "AwaitingMetrics", s.awaiting_metrics
-    return False, "Settled", f"every unit placed, no move under way (epoch {s.table.epoch})"
 
 
 _BLOCKING = frozenset(
