@@ -140,8 +140,9 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
     publish interval, 8 members scraped every second."""
     from apportion.api.placement_table import TableStats
     from apportion.api.pods import WorkerPod
-    from apportion.controllers.graintypes.document import build_document, build_status, problems
-    from apportion.controllers.graintypes.gate import PublishGate
+    from apportion.engine.grains.document import build_document
+    from apportion.engine.grains.gate import PublishGate
+    from apportion.engine.grains.status import build_status, problems
     from apportion.engine.smoothing import ResourceSmoother
 
     _, cpu_sd, count_sd, drift, churn = SCENARIOS[scenario]

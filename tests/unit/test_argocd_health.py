@@ -5,8 +5,8 @@ the libraries Argo CD gives it. Missing, the tests skip with what to install; un
 
 Fixtures: tests/fixtures/statuses/<kind>-<phase>.json, whole objects as `kubectl get -o json`
 returns them. Those committed with this test are written by hand from the status the operator
-writes today (engine/set_pass.py `unit_set_status`, the set loop's `report_blocked`,
-controllers/graintypes/document.py `build_status`) plus the two kstatus conditions of the status
+writes today (engine/set_status.py `unit_set_status`, engine/kstatus.py `blocked_conditions`,
+engine/grains/status.py `build_status`) plus the two kstatus conditions of the status
 contract the operator is being extended to: Reconciling (True while placing, moving units,
 resharding, retrying a failed pass) and Stalled (True when only a user's change helps:
 InvalidSpec, NoMembers, WorkloadNotFound, HandoffTimedOut, strategy failure, GrainType

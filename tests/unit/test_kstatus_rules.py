@@ -26,23 +26,11 @@ from apportion.api.assignment import ResourceRef
 from apportion.api.conditions import condition_time
 from apportion.api.graintype import GrainType
 from apportion.api.pods import WorkerPod
-from apportion.controllers.graintypes.document import (
-    blocked_status,
-    build_document,
-    build_status,
-    invalid_status,
-    problems,
-)
-from apportion.engine.set_pass import (
-    PassInput,
-    PassResult,
-    Problem,
-    StatusInput,
-    blocked_conditions,
-    initial_table,
-    plan_pass,
-    unit_set_status,
-)
+from apportion.engine.grains.document import build_document
+from apportion.engine.grains.status import blocked_status, build_status, invalid_status, problems
+from apportion.engine.kstatus import blocked_conditions
+from apportion.engine.set_pass import PassInput, PassResult, Problem, initial_table, plan_pass
+from apportion.engine.set_status import StatusInput, unit_set_status
 
 NOW = 1_700_000_000.0
 WALL = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -11,14 +11,9 @@ import pytest
 from apportion.api.graintype import GrainType
 from apportion.api.placement_table import ChangeKind, TableStats
 from apportion.api.pods import WorkerPod
-from apportion.controllers.graintypes.document import (
-    build_document,
-    build_status,
-    counted_grain_types,
-    is_compatible,
-    problems,
-)
-from apportion.controllers.graintypes.gate import PublishGate
+from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
+from apportion.engine.grains.gate import PublishGate
+from apportion.engine.grains.status import build_status, claimed_grain_types, conflicts, problems
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -212,3 +207,20 @@ def test_conflicts_and_publish_failures_are_reported() -> None:
     assert condition(status, "Ready")["status"] == "True"
     found, status = status_of(gt, [pod(0)], doc, error="table too large")
     assert condition(status, "Ready")["reason"] == "PublishFailed"
+
+
+def test_conflicts_name_the_other_graintypes_claiming_a_grain_type() -> None:
+    claims = {
+        "carts": claimed_grain_types({"metadata": {"name": "carts"}, "spec": {}}),
+        "shop": claimed_grain_types(
+            {"metadata": {"name": "shop"}, "spec": {"grainTypes": ["carts", "orders"]}}
+        ),
+        "legacy": ("orders", "carts"),
+        "other": ("users",),
+    }
+    assert claims["carts"] == ("carts",), "without grainTypes it places its own name"
+    assert conflicts("shop", ["carts", "orders"], claims) == {
+        "carts": ["carts", "legacy"],
+        "orders": ["legacy"],
+    }
+    assert conflicts("other", ["users"], claims) == {}

@@ -25,7 +25,8 @@ from apportion.api.assignment import (
 from apportion.engine.handoff import Reason, owned_units, plan_worker
 from apportion.engine.keys import get_scheme
 from apportion.engine.reshard import hash_range, next_count, reshape
-from apportion.engine.set_pass import StatusInput, initial_table, unit_set_status
+from apportion.engine.set_pass import initial_table
+from apportion.engine.set_status import StatusInput, unit_set_status
 
 SCHEME = get_scheme("apportion")
 KEYS = [f"order-{i}" for i in range(4000)]

@@ -17,6 +17,7 @@ from apportion.api.pods import WorkerPod
 from apportion.controllers import telemetry
 from apportion.controllers.runtime import OwnTables
 from apportion.controllers.unitsets import loop as loop_module
+from apportion.engine.set_loop import Gathered, prepare, run
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass
 from apportion.engine.set_state import SetState
 
@@ -68,21 +69,11 @@ async def test_a_hold_is_announced_once_and_written_before_its_table(daemon: Any
 
     alone = members[:1]
     for now in (1.0, 2.0):  # the second pass sees the same hold: no second Event
-        result = plan_pass(
-            PassInput(
-                spec,
-                daemon.published,
-                1,
-                alone,
-                now,
-                desired_members=2,
-                restart_holds=daemon.state.restart_holds,
-            )
-        )
-        daemon.announce_holds(result)
-        daemon.state.note_holds(result.restart_holds, result.restart_grace)
-        if result.new_table is not None:
-            await daemon.write_table(result.new_table)
+        gathered = Gathered(spec, daemon.published, 1, alone, alone, now, desired_members=2)
+        outcome = run(gathered, prepare(gathered, daemon.state, None, None), daemon.state)
+        daemon.announce_holds(outcome.new_holds, outcome.result.restart_grace)
+        if outcome.result.new_table is not None:
+            await daemon.write_table(outcome.result.new_table)
 
     assert [reason for _, reason, _ in daemon.posted] == ["HeldForRestart"]
     type_, _, note = daemon.posted[0]

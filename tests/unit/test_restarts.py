@@ -24,15 +24,9 @@ from apportion.engine.restarts import (
     stateful_identity,
     unit_ranges,
 )
-from apportion.engine.set_pass import (
-    PassInput,
-    PassResult,
-    StatusInput,
-    initial_table,
-    plan_pass,
-    unit_set_status,
-)
+from apportion.engine.set_pass import PassInput, PassResult, initial_table, plan_pass
 from apportion.engine.set_state import SetState
+from apportion.engine.set_status import StatusInput, unit_set_status
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 GRACE = 30.0

@@ -22,14 +22,11 @@ from apportion.engine.set_pass import (
     PassInput,
     PassResult,
     Rollout,
-    StatusInput,
     imbalance,
     initial_table,
     plan_pass,
-    suspension_news,
-    suspensions,
-    unit_set_status,
 )
+from apportion.engine.set_status import StatusInput, suspension_news, suspensions, unit_set_status
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 ACK = REF.ack_annotation

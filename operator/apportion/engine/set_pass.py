@@ -1,11 +1,11 @@
-"""One placement pass of a PartitionSet or ShardSet, and the status that reports it.
+"""One placement pass of a PartitionSet or ShardSet (its status: `apportion.engine.set_status`).
 
 A pass turns what the API server holds — the spec, the published assignment table, the worker
 pods (with their acks) and the workload's rollout state — into at most one new table: the
 allocation strategy says where every unit should live (`apportion.engine.allocation`), the pass
 holds back optional moves (rollout, rebalance interval, moves per round), and the fenced hand-off
 (`apportion.engine.handoff.step`) advances every unit one move towards that target. Pure: no I/O,
-no clock; the controller runs it whenever something it reads changes.
+no clock; `apportion.engine.set_loop` runs it whenever something the controller reads changes.
 """
 
 from __future__ import annotations
@@ -15,26 +15,19 @@ import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any, TypeGuard
 
 from apportion.api.assignment import (
     Ack,
     AssignmentFormatError,
     AssignmentTable,
+    Lineage,
     ResourceRef,
-    Suspensions,
     unit_order,
 )
 from apportion.api.common import rfc3339, seconds
-from apportion.api.conditions import (
-    Condition,
-    ConditionType,
-    condition_time,
-    set_conditions,
-)
 from apportion.api.pods import WorkerPod
-from apportion.api.unitset import MAX_MEMBER_ROWS, KeySchemeName, MetricsSource, UnitSetSpec
+from apportion.api.unitset import KeySchemeName, UnitSetSpec
 from apportion.engine.allocation import (
     AllocationError,
     AllocationRequest,
@@ -48,7 +41,6 @@ from apportion.engine.reshard import Progress, gather_targets, next_lineage, pro
 from apportion.engine.restarts import (
     RestartHold,
     held_target,
-    hold_rows,
     spend_expired,
     stateful_identity,
     track_holds,
@@ -164,38 +156,6 @@ def parse_acks(pods: Iterable[WorkerPod], key: str) -> tuple[dict[str, Ack], lis
         except AssignmentFormatError as error:
             problems.append(Problem("InvalidAck", f"pod {pod.name}: {error}"))
     return acks, problems
-
-
-def suspensions(pods: Sequence[WorkerPod], key: str) -> dict[str, tuple[str, Suspensions]]:
-    """Pod uid → (name, the outages of its serving lease), from each pod's ack under `key`: told
-    after the fact, since nothing could be written while they lasted."""
-    acks, _ = parse_acks(pods, key)
-    return {
-        pod.uid: (pod.name, ack.suspended)
-        for pod in pods
-        if (ack := acks.get(pod.name)) is not None
-        and ack.suspended is not None
-        and ack.uid == pod.uid
-    }
-
-
-def suspension_news(
-    told: Mapping[str, tuple[str, Suspensions]], seen: Mapping[str, int]
-) -> list[str]:
-    """What an Event says of each pod whose acks tell of more suspensions than `seen` (uid → count
-    already reported), in pod order."""
-    news = []
-    for uid, (name, suspended) in sorted(told.items(), key=lambda kv: natural_key(kv[1][0])):
-        new = suspended.count - seen.get(uid, 0)
-        if new <= 0:
-            continue
-        times = "" if new == 1 else f" {new} times; the last time"
-        news.append(
-            f"{name} served nothing{times} for {suspended.last_seconds:.1f}s: its serving lease "
-            "ran out, as it could not confirm the assignment (API server out of reach, or the "
-            "process paused); it serves again"
-        )
-    return news
 
 
 def _capacity(pod: WorkerPod, label: str | None) -> tuple[float, Problem | None]:
@@ -420,19 +380,13 @@ def unknown_pins(spec: UnitSetSpec, pods: Sequence[WorkerPod]) -> list[Problem]:
 
 def plan_pass(inp: PassInput) -> PassResult:
     """One pass: strategy plan, held-back optional moves, one hand-off step."""
-    spec, published, now = inp.spec, inp.published, inp.now
     everyone = [*inp.pods, *inp.departed]
-    acks, problems = parse_acks(everyone, published.set_ref.ack_annotation)
+    acks, problems = parse_acks(everyone, inp.published.set_ref.ack_annotation)
     if not inp.pods:
-        problems.insert(
-            0,
-            Problem(
-                "NoMembers",
-                "no worker pod matches the selector; the last published assignment is kept",
-            ),
+        no_members = Problem(
+            "NoMembers", "no worker pod matches the selector; the last published assignment is kept"
         )
-        return _undecided(inp, problems)
-
+        return _undecided(inp, [no_members, *problems])
     barrier = startup_barrier(inp)
     if barrier is not None:
         waiting, until = barrier
@@ -440,122 +394,199 @@ def plan_pass(inp: PassInput) -> PassResult:
 
     members, member_problems = engine_members(inp, acks)
     problems.extend(member_problems)
-    problems.extend(unknown_pins(spec, inp.pods))
-    by_name = {m.name: m for m in members}
-    owners, moving = intended_owners(published, everyone)
-
-    # The strategy plans a full round (so the status can say what waits); the pass then keeps
-    # its optional moves only when a round may run now.
-    interval = spec.rebalance.interval.total_seconds()
-    hold_reason: str | None = None
-    next_round: float | None = None
-    round_budget = budget = move_budget(spec.rebalance, spec.units)
-    lineage = (
-        next_lineage(published, spec.units) if spec.key_scheme is KeySchemeName.APPORTION else None
-    )
-    if lineage is not None:
-        # Nothing moves for the balance while the count changes: units of pods that are gone
-        # still do (forced), and a merge's gathering moves are added below.
-        hold_reason, budget = f"resharding {lineage.from_count} → {lineage.to_count}", 0
-    elif spec.rebalance.pause_during_rollout and inp.rollout.rolling:
-        hold_reason, budget = f"rollout in progress: {inp.rollout.message}", 0
-    elif (scaling := scale_up_wait(inp)) is not None:
-        (hold_reason, next_round), budget = scaling, 0
-    elif inp.last_round is not None and now < inp.last_round + interval:
-        next_round = inp.last_round + interval
-        hold_reason, budget = "waiting for the next rebalance round", 0
-
-    grace = spec.rebalance.restart_grace.total_seconds()
-    holds = track_holds(
-        inp.restart_holds,
-        published,
-        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
-        now,
-        grace,
-        lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
-    )
-    waiting_for = held_target(holds, inp.pods)
+    problems.extend(unknown_pins(inp.spec, inp.pods))
+    owners, moving = intended_owners(inp.published, everyone)
+    lineage = _lineage(inp)
+    holds, waiting_for = _restart_holds(inp)
     # Held units are no strategy's to place: they wait for their member alone.
     request = allocation_request(
-        published, members, owners, moving, inp.loads, held=waiting_for.keys()
+        inp.published, members, owners, moving, inp.loads, held=waiting_for.keys()
     )
+    # The strategy plans a full round (so the status can say what waits); the pass then keeps
+    # its optional moves only when a round may run now.
     try:
-        plan = strategy_for(spec, budget=round_budget).plan(request)
+        strategy = strategy_for(inp.spec, budget=move_budget(inp.spec.rebalance, inp.spec.units))
+        plan = strategy.plan(request)
     except AllocationError as error:
-        problems.insert(0, Problem("InvalidStrategy", str(error)))
-        return _undecided(inp, problems)
+        return _undecided(inp, [Problem("InvalidStrategy", str(error)), *problems])
 
+    by_name = {m.name: m for m in members}
+    round_ = _budget_round(plan, by_name, _round_hold(inp, lineage), inp)
+    target = _target(owners, round_.kept, lineage, waiting_for)
+    decision = _hand_off(inp, target, acks, waiting_for)
+    if decision.failing:
+        problems.append(release_failing(inp.published, decision.failing))
+    decision, reshard = _reshard_step(inp, lineage, decision)
+    decision = _with_serving_lease(
+        decision, inp.published, inp.spec.rebalance.serving_lease_seconds()
+    )
+    current = imbalance(owners, members, inp.loads)
+    summary = None
+    if round_.optional:
+        after = imbalance(target, members, inp.loads)
+        summary = _round_summary(
+            round_.kept, by_name, current, after, round_.held, inp.loads is not None
+        )
+    return PassResult(
+        decision=decision,
+        plan=plan,
+        kept=round_.kept,
+        held=round_.held,
+        hold_reason=round_.hold_reason,
+        round_started=round_.optional > 0 and decision.new_table is not None,
+        next_round=round_.next_round,
+        problems=tuple(problems),
+        summary=summary,
+        imbalance=current,
+        resharding=reshard,
+        restart_holds=holds,
+        restart_grace=inp.spec.rebalance.restart_grace.total_seconds(),
+    )
+
+
+def _lineage(inp: PassInput) -> Lineage | None:
+    """The count change under way (apportion key scheme only), or None."""
+    if inp.spec.key_scheme is not KeySchemeName.APPORTION:
+        return None
+    return next_lineage(inp.published, inp.spec.units)
+
+
+@dataclass(frozen=True, slots=True)
+class _Hold:
+    """Why optional moves wait this pass (None: they may run), when to look again, and how
+    many of them may run."""
+
+    reason: str | None
+    next_round: float | None
+    budget: int
+
+
+def _round_hold(inp: PassInput, lineage: Lineage | None) -> _Hold:
+    """Whether a rebalance round may run now: not while the count changes (units of pods that
+    are gone still move, they are forced, and a merge's gathering moves are added later), a
+    paused rollout, a scale-up or before the interval since the last round is over."""
+    rebalance = inp.spec.rebalance
+    interval = rebalance.interval.total_seconds()
+    if lineage is not None:
+        return _Hold(f"resharding {lineage.from_count} → {lineage.to_count}", None, 0)
+    if rebalance.pause_during_rollout and inp.rollout.rolling:
+        return _Hold(f"rollout in progress: {inp.rollout.message}", None, 0)
+    scaling = scale_up_wait(inp)
+    if scaling is not None:
+        return _Hold(scaling[0], scaling[1], 0)
+    if inp.last_round is not None and inp.now < inp.last_round + interval:
+        return _Hold("waiting for the next rebalance round", inp.last_round + interval, 0)
+    return _Hold(None, None, move_budget(rebalance, inp.spec.units))
+
+
+def _restart_holds(inp: PassInput) -> tuple[dict[str, RestartHold], dict[str, str | None]]:
+    """The members restarting in place after this pass, and the units that wait for them
+    (unit → the member, or None while it is away)."""
+    spec = inp.spec
+    holds = track_holds(
+        inp.restart_holds,
+        inp.published,
+        [*inp.pods, *(replace(pod, drained=True) for pod in inp.departed)],
+        inp.now,
+        spec.rebalance.restart_grace.total_seconds(),
+        lambda name: stateful_identity(name, spec.workload_ref, inp.desired_members),
+    )
+    return holds, held_target(holds, inp.pods)
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    """The moves a pass makes (`kept`), of which `optional` are a rebalance round's, and the
+    optional ones it leaves for later (`held`)."""
+
+    kept: tuple[Move, ...]
+    optional: int
+    held: int
+    hold_reason: str | None
+    next_round: float | None
+
+
+def _budget_round(plan: Plan, members: Mapping[str, Member], hold: _Hold, inp: PassInput) -> _Round:
+    """Forced moves all; optional ones up to the round's budget, the rest held back."""
     kept: list[Move] = []
     held = optional = 0
     for move in plan.moves:
-        if _forced(move, by_name):
+        if _forced(move, members):
             kept.append(move)
-        elif optional < budget:
+        elif optional < hold.budget:
             kept.append(move)
             optional += 1
         else:
             held += 1
-    if held and hold_reason is None:
-        hold_reason = f"at most {budget} unit(s) move per round (rebalance.maxMovesPerRound)"
-    if (held or not plan.metrics.converged) and next_round is None:
+    reason, next_round = hold.reason, hold.next_round
+    if held and reason is None:
+        reason = f"at most {hold.budget} unit(s) move per round (rebalance.maxMovesPerRound)"
+    more = held or not plan.metrics.converged
+    if more and next_round is None:
         # More rounds to go (the strategy stopped at its own limit, or moves were held).
-        next_round = now + interval
+        next_round = inp.now + inp.spec.rebalance.interval.total_seconds()
+    return _Round(tuple(kept), optional, held, reason, next_round if more else None)
 
+
+def _target(
+    owners: Mapping[str, str],
+    kept: Iterable[Move],
+    lineage: Lineage | None,
+    waiting_for: Mapping[str, str | None],
+) -> dict[str, str | None]:
+    """Where every unit goes this pass: where it is, moved by the kept moves, gathered onto one
+    pod for a merge, held for a restarting member."""
     target: dict[str, str | None] = dict(owners)
     for move in kept:
         target[move.unit] = move.target
     if lineage is not None and not lineage.split:
         target = gather_targets(lineage, target)
     target.update(waiting_for)
+    return target
+
+
+def _hand_off(
+    inp: PassInput,
+    target: Mapping[str, str | None],
+    acks: Mapping[str, Ack],
+    waiting_for: Mapping[str, str | None],
+) -> HandoffDecision:
+    """One fenced hand-off step towards `target`; departed pods hand off as drained members."""
     live = {pod.name: pod for pod in inp.pods}
     live.update({pod.name: replace(pod, drained=True) for pod in inp.departed})
     decision = step(
-        published,
+        inp.published,
         target,
         acks,
         live,
-        now,
-        spec.rebalance.handoff_timeout.total_seconds(),
+        inp.now,
+        inp.spec.rebalance.handoff_timeout.total_seconds(),
         generation=inp.generation,
         releases_known=inp.releases_known,
     )
     if waiting_for:
         decision = replace(decision, events=_held_events(decision.events, waiting_for))
-    if decision.failing:
-        problems.append(release_failing(published, decision.failing))
-    reshard = None
-    if lineage is not None:
-        reshard = progress(published, lineage)
-        if decision.new_table is None and reshard.done:
-            event = HandoffEvent(
-                Reason.RESHARDED,
-                str(lineage.from_count),
-                str(lineage.to_count),
-                tuple(str(u) for u in range(lineage.to_count)),
-            )
-            table = resharded(published, lineage, inp.generation)
-            decision = HandoffDecision(table, (event,), (), None)
-    decision = _with_serving_lease(decision, published, spec.rebalance.serving_lease_seconds())
-    current = imbalance(owners, members, inp.loads)
-    summary = None
-    if optional:
-        after = imbalance(target, members, inp.loads)
-        summary = _round_summary(kept, by_name, current, after, held, inp.loads is not None)
-    return PassResult(
-        decision=decision,
-        plan=plan,
-        kept=tuple(kept),
-        held=held,
-        hold_reason=hold_reason,
-        round_started=optional > 0 and decision.new_table is not None,
-        next_round=next_round if held or not plan.metrics.converged else None,
-        problems=tuple(problems),
-        summary=summary,
-        imbalance=current,
-        resharding=reshard,
-        restart_holds=holds,
-        restart_grace=grace,
-    )
+    return decision
+
+
+def _reshard_step(
+    inp: PassInput, lineage: Lineage | None, decision: HandoffDecision
+) -> tuple[HandoffDecision, Progress | None]:
+    """A count change's progress, and the table of the new count once every unit is ready for
+    it and nothing else changes this pass."""
+    if lineage is None:
+        return decision, None
+    reshard = progress(inp.published, lineage)
+    if decision.new_table is None and reshard.done:
+        event = HandoffEvent(
+            Reason.RESHARDED,
+            str(lineage.from_count),
+            str(lineage.to_count),
+            tuple(str(u) for u in range(lineage.to_count)),
+        )
+        table = resharded(inp.published, lineage, inp.generation)
+        decision = HandoffDecision(table, (event,), (), None)
+    return decision, reshard
 
 
 def _held_events(
@@ -620,7 +651,7 @@ def _round_summary(
     shown = ", ".join(f"{n} {src} → {dst}" for (src, dst), n in routes.most_common(6))
     more = ", …" if len(routes) > 6 else ""
     measure = "load" if by_load else "unit count"
-    figures = f"{_fmt(before)} → {_fmt(after)}"
+    figures = f"{ratio_text(before)} → {ratio_text(after)}"
     rest = f"; {held} more wait for later rounds" if held else ""
     return (
         f"rebalancing {sum(routes.values())} unit(s) ({shown}{more}); max/mean {measure} "
@@ -628,301 +659,8 @@ def _round_summary(
     )
 
 
-def _fmt(value: float | None) -> str:
+def ratio_text(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-# ------------------------------------------------------------------------------------ status
-
-
-@dataclass(frozen=True)
-class StatusInput:
-    """What the status reports: the table as published after this pass, and the pass."""
-
-    table: AssignmentTable
-    result: PassResult
-    pods: Sequence[WorkerPod]
-    generation: int
-    config_map: str | None
-    now: float
-    """The pass's clock (Unix seconds): condition transition times; the engine reads none."""
-    conditions: Sequence[Condition | Mapping[str, Any]] = ()
-    last_round: float | None = None
-    metrics_source: MetricsSource = MetricsSource.COUNTS
-    loads: Mapping[str, float] | None = None
-    extra_problems: Sequence[Problem] = ()
-    awaiting_metrics: str | None = None
-    """Why placement counts units while it waits for the members' first load figures (the
-    metrics grace), or None."""
-
-
-def unit_set_status(s: StatusInput) -> dict[str, Any]:
-    """The status (wire form, every field present so a merge patch clears stale ones)."""
-    table, result = s.table, s.result
-    live = {pod.name: pod for pod in s.pods}
-    uids = table.member_uids
-    held_by: dict[str, list[str]] = {}
-    owned = 0
-    for unit, state in table.units.items():
-        owner = state.owner
-        if owner is not None and owner in live and live[owner].uid == uids.get(owner):
-            held_by.setdefault(owner, []).append(unit)
-            owned += 1
-    releasing = sum(1 for state in table.units.values() if state.releasing is not None)
-
-    # Rounded as the status shows it, so that the order agrees with the figures.
-    weights = {
-        name: f"{len(units) if s.loads is None else sum(s.loads.get(u, 0.0) for u in units):.2f}"
-        for name, units in held_by.items()
-    }
-    rows = [
-        {
-            "member": name,
-            "units": len(held_by[name]),
-            "load": None if s.loads is None else weights[name],
-        }
-        for name in sorted(held_by, key=lambda n: (-float(weights[n]), natural_key(n)))
-    ][:MAX_MEMBER_ROWS]
-    problems = [*result.problems, *s.extra_problems]
-    reshard = result.resharding
-    new_count = reshard is not None and table.count != reshard.lineage.from_count
-    if new_count:
-        reshard = None  # this pass published the new count
-    conditions = _conditions(s, owned, releasing, problems, reshard, new_count=new_count)
-    last_round = s.last_round
-    return {
-        "observedGeneration": s.generation,
-        "epoch": table.epoch,
-        "members": len(s.pods),
-        "readyMembers": sum(1 for name in held_by if live[name].ready),
-        "assignedUnits": owned,
-        "assignmentConfigMap": s.config_map,
-        "imbalance": None if result.imbalance is None else f"{result.imbalance:.2f}",
-        "movesInProgress": releasing,
-        "releasesFailing": 0 if result.decision is None else len(result.decision.failing),
-        "servingSuspensions": sum(
-            told.count for _, told in suspensions(s.pods, s.table.set_ref.ack_annotation).values()
-        ),
-        "lastRebalanceTime": None if last_round is None else rfc3339(last_round),
-        "metricsSource": s.metrics_source.value,
-        "memberUnits": [{k: v for k, v in row.items() if v is not None} for row in rows],
-        "restartHolds": hold_rows(result.restart_holds, result.restart_grace)[:MAX_MEMBER_ROWS],
-        "resharding": None
-        if reshard is None
-        else {
-            "fromCount": reshard.lineage.from_count,
-            "toCount": reshard.lineage.to_count,
-            "phase": reshard.phase,
-            "readyUnits": reshard.ready,
-            "totalUnits": reshard.total,
-        },
-        "conditions": [c.to_json_dict() for c in conditions],
-    }
-
-
-def _conditions(
-    s: StatusInput,
-    owned: int,
-    releasing: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    *,
-    new_count: bool = False,
-) -> list[Condition]:
-    result, total = s.result, len(s.table.units)
-    plan = result.plan
-    unsettled = [p.name for p in s.pods if not p.ready or p.terminating]
-    pending = 0 if plan is None else len(plan.moves)
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
-
-    if blocking is not None:
-        ready = (False, blocking.reason, blocking.message)
-    elif owned < total and any(not h.spent for h in result.restart_holds.values()):
-        # kubectl describe should say why units are unowned: they wait for a restart.
-        ready = (False, "WaitingForRestart", _waiting_for_restart(s.result, total - owned))
-    elif owned < total:
-        ready = (False, "UnitsUnassigned", f"{total - owned} of {total} unit(s) have no live owner")
-    else:
-        ready = (True, "Assigned", f"every unit has a live owner (epoch {s.table.epoch})")
-
-    if blocking is not None:
-        balanced = (False, blocking.reason, blocking.message)
-    elif releasing:
-        balanced = (False, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif new_count:
-        # This pass planned the previous count; the new units sit on their parents' pods
-        # until the next pass places them.
-        balanced = (False, "Rebalancing", f"{total} unit(s) of the new count not placed yet")
-    elif pending and result.hold_reason:
-        balanced = (False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}")
-    elif pending or (plan is not None and not plan.metrics.converged):
-        balanced = (False, "Rebalancing", f"{pending} move(s) planned")
-    elif unsettled:
-        # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
-        # does not even plan a round then).
-        shown = ", ".join(unsettled[:4]) + (", …" if len(unsettled) > 4 else "")
-        balanced = (False, "MembersNotReady", f"waiting for {len(unsettled)} member(s): {shown}")
-    else:
-        balanced = (True, "Balanced", f"max/mean {_fmt(result.imbalance)}")
-
-    if releasing:
-        progressing = (True, "HandoffInProgress", f"{releasing} unit(s) being handed off")
-    elif pending and blocking is None:
-        progressing = (True, "RebalancePending", result.hold_reason or "moves planned")
-    else:
-        progressing = (False, "Stable", "no moves under way")
-
-    faults = [p for p in problems if p.reason not in _NOT_FAULTS]
-    if faults:
-        first = faults[0]
-        others = f" (and {len(faults) - 1} more problem(s))" if len(faults) > 1 else ""
-        degraded = (True, first.reason, first.message + others)
-    else:
-        degraded = (False, "AsExpected", "")
-
-    if reshard is not None:
-        lineage = reshard.lineage
-        resharding = (
-            True,
-            reshard.phase,
-            f"{lineage.from_count} → {lineage.to_count} units: {reshard.ready} of "
-            f"{reshard.total} ready to publish",
-        )
-    else:
-        grew_from = s.table.lineage
-        since = "" if grew_from is None else f", resharded from {grew_from.from_count} at epoch "
-        since += "" if grew_from is None else str(grew_from.epoch)
-        resharding = (False, "Resharded", f"the published table has {s.table.count} units{since}")
-
-    reconciling, stalled = _kstatus_conditions(
-        s, owned, total, releasing, pending, problems, reshard, new_count=new_count
-    )
-    return set_conditions(
-        s.conditions,
-        (
-            (ConditionType.READY, ready),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.BALANCED, balanced),
-            (ConditionType.PROGRESSING, progressing),
-            (ConditionType.DEGRADED, degraded),
-            (ConditionType.RESHARDING, resharding),
-        ),
-        observed_generation=s.generation,
-        now=condition_time(s.now),
-    )
-
-
-def _waiting_for_restart(result: PassResult, unowned: int) -> str:
-    holds = sorted(
-        (h for h in result.restart_holds.values() if not h.spent), key=lambda h: natural_key(h.pod)
-    )
-    each = ", ".join(
-        f"{len(h.units)} for {h.pod} until {rfc3339(h.until(result.restart_grace))}"
-        for h in holds[:4]
-    )
-    return (
-        f"{unowned} unit(s) have no live owner; unit(s) held for pods restarting in place "
-        f"(rebalance.restartGrace): {each}"
-    )
-
-
-_Verdict = tuple[bool, str, str]
-
-
-def _kstatus_conditions(
-    s: StatusInput,
-    owned: int,
-    total: int,
-    releasing: int,
-    pending: int,
-    problems: Sequence[Problem],
-    reshard: Progress | None,
-    *,
-    new_count: bool,
-) -> tuple[_Verdict, _Verdict]:
-    """Reconciling and Stalled, kstatus' abnormal-true conditions (docs/api.md, "Status for
-    GitOps tools"): never both True, Stalled first, since kstatus reads whichever comes first."""
-    stalling = next((p for p in problems if p.reason in STALLING), None)
-    if stalling is not None:
-        return (False, "Stalled", _HELD), (True, stalling.reason, stalling.message)
-    stalled = (False, "AsExpected", _FINE)
-    blocking = next((p for p in problems if p.reason in _BLOCKING), None)
-    if blocking is not None:  # a fence, the wait for the first members: they end by themselves
-        return (True, blocking.reason, blocking.message), stalled
-    if reshard is not None:
-        lineage = reshard.lineage
-        message = f"{lineage.from_count} → {lineage.to_count} units ({reshard.phase})"
-        return (True, "Resharding", message), stalled
-    if new_count:
-        return (True, "Resharding", f"{total} unit(s) of the new count not placed yet"), stalled
-    if releasing:
-        return (True, "HandoffInProgress", f"{releasing} unit(s) being handed off"), stalled
-    if owned < total:
-        return (True, "Placing", f"{total - owned} of {total} unit(s) have no owner yet"), stalled
-    if pending:
-        held = f": {s.result.hold_reason}" if s.result.hold_reason else ""
-        return (True, "Rebalancing", f"{pending} move(s) planned{held}"), stalled
-    if s.awaiting_metrics is not None:
-        return (True, "AwaitingMetrics", s.awaiting_metrics), stalled
-    return (False, "Settled", f"every unit placed, no move under way (epoch {s.table.epoch})"), (
-        stalled
-    )
-
-
-def blocked_conditions(
-    previous: Iterable[Condition | Mapping[str, Any]],
-    reason: str,
-    message: str,
-    *,
-    generation: int,
-    now: datetime,
-) -> list[Condition]:
-    """The conditions of a set whose pass placed nothing (the published table stands): a spec
-    the operator rejects (`InvalidSpec`) needs a user's change, Stalled (kstatus Failed); a
-    failed pass (`PassFailed`) is retried with back-off, Reconciling (kstatus InProgress)."""
-    if reason in STALLING:
-        reconciling = (False, "Stalled", _HELD)
-        stalled = (True, reason, message)
-    else:
-        reconciling, stalled = (True, reason, message), (False, "AsExpected", _FINE)
-    return set_conditions(
-        previous,
-        (
-            (ConditionType.READY, (False, reason, message)),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.DEGRADED, (True, reason, message)),
-        ),
-        observed_generation=generation,
-        now=now,
-    )
-
-
-_HELD = "nothing progresses until the spec or the cluster changes"
-_FINE = "nothing waits for a change of the spec or the cluster"
-
-STALLING = frozenset(
-    {"NoMembers", "InvalidSpec", "InvalidStrategy", "WorkloadNotFound", "HandoffTimedOut"}
-)
-"""Problems that need a user's change (Stalled=True, kstatus Failed); everything else that
-holds placement back ends by itself (Reconciling=True)."""
-
-_BLOCKING = frozenset(
-    {
-        "NoMembers",
-        "InvalidStrategy",
-        "InvalidSpec",
-        "WorkloadNotFound",
-        "AssignmentFenced",
-        "PassFailed",
-        "WaitingForMembers",
-    }
-)
-"""Problems that stop placement altogether (the published table stands)."""
-
-_NOT_FAULTS = frozenset({"WaitingForMembers"})
-"""Reasons that hold placement back although nothing is wrong: not Degraded."""
 
 
 def _with_serving_lease(
@@ -950,15 +688,13 @@ def initial_table(
 
 
 __all__ = [
-    "STALLING",
     "PassInput",
     "PassResult",
     "Problem",
     "Rollout",
-    "StatusInput",
-    "blocked_conditions",
     "imbalance",
     "initial_table",
+    "natural_key",
+    "parse_acks",
     "plan_pass",
-    "unit_set_status",
 ]

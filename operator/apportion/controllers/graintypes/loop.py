@@ -24,20 +24,20 @@ from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
 from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
-from apportion.controllers.graintypes.document import (
-    GrainTypeProblem,
-    blocked_status,
-    build_document,
-    build_status,
-    counted_grain_types,
-    invalid_status,
-    is_compatible,
-    problems,
-)
-from apportion.controllers.graintypes.gate import PublishGate
 from apportion.controllers.pods import pods_of, select
 from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
+from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
+from apportion.engine.grains.gate import PublishGate
+from apportion.engine.grains.status import (
+    GrainTypeProblem,
+    blocked_status,
+    build_status,
+    claimed_grain_types,
+    conflicts,
+    invalid_status,
+    problems,
+)
 from apportion.publishing.placement_table import PlacementTableStore
 from apportion.publishing.status import patch_status
 
@@ -190,7 +190,7 @@ class GrainTypeLoop:
         await self.report(status, found)
         if gate.published is not None:
             telemetry.TABLE_EPOCH.labels(*self.labels).set(gate.published.version)
-        return interval if decision.retry_in is None else min(interval, decision.retry_in)
+        return decision.next_pass(interval)
 
     @property
     def body(self) -> Mapping[str, Any]:
@@ -200,18 +200,11 @@ class GrainTypeLoop:
 
     def conflicts(self, graintype: GrainType) -> dict[str, list[str]]:
         """This GrainType's grain types that other GrainTypes of the namespace claim too."""
-        claims = [
-            (other["metadata"]["name"], claimed_grain_types(other))
+        claims = {
+            other["metadata"]["name"]: claimed_grain_types(other)
             for other in self.runtime.bodies("GrainType", self.namespace)
-        ]
-        result: dict[str, list[str]] = {}
-        for grain_type in graintype.grain_type_names():
-            others = sorted(
-                name for name, names in claims if name != self.name and grain_type in names
-            )
-            if others:
-                result[grain_type] = others
-        return result
+        }
+        return conflicts(self.name, graintype.grain_type_names(), claims)
 
     def conditions(self) -> list[Any]:
         return list((self.status or self.body.get("status") or {}).get("conditions") or ())
@@ -227,9 +220,3 @@ class GrainTypeLoop:
         if status != self.status:
             await patch_status(self.runtime.client, "GrainType", self.namespace, self.name, status)
             self.status = status
-
-
-def claimed_grain_types(body: Mapping[str, Any]) -> tuple[str, ...]:
-    """The grain types a GrainType places: its `grainTypes`, or its own name."""
-    spec = body.get("spec") or {}
-    return tuple(spec.get("grainTypes") or (body["metadata"]["name"],))

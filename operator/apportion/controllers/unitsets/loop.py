@@ -2,19 +2,21 @@
 
 The loop sleeps until something it reads changes (a pod or workload it selects, the set
 itself: see `wakeups`), a hand-off times out or a held rebalance round is due. Each pass declares
-what it selects to the caches (`caches`), reads the cached pods and workloads, runs
-`apportion.engine.set_pass.plan_pass` and publishes what it decided: at most one ConfigMap
-write per new table, then Events, the status and the pods' deletion costs. All state lives in
-the API server: on start (operator restart, standby taking over) the loop decodes the
-published table and continues from its epoch.
+what it selects to the caches (`caches`), reads the cached pods and workloads (and scrapes the
+workers' load), hands them to the engine (`apportion.engine.set_loop`: whether anything is new,
+the pass, when to look again) and writes what it decided: at most one ConfigMap write per new
+table, then Events, the status and the pods' deletion costs. The loop decides nothing itself.
+All state lives in the API server: on start (operator restart, standby taking over) the loop
+decodes the published table and continues from its epoch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from pydantic import ValidationError
@@ -35,21 +37,17 @@ from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
-from apportion.engine.restarts import spend_expired
+from apportion.engine.kstatus import blocked_conditions
+from apportion.engine.restarts import RestartHold
+from apportion.engine.set_loop import Gathered, next_wake, prepare, run, written
 from apportion.engine.set_pass import (
-    PassInput,
     PassResult,
     Problem,
     Rollout,
-    StatusInput,
-    blocked_conditions,
     initial_table,
-    plan_pass,
-    suspension_news,
-    suspensions,
-    unit_set_status,
 )
 from apportion.engine.set_state import SetState, loads_grace, timestamp
+from apportion.engine.set_status import StatusInput, suspension_news, suspensions, unit_set_status
 from apportion.publishing.configmaps import (
     AssignmentStore,
 )
@@ -97,7 +95,8 @@ class SetLoop:
         self.awaiting_metrics: str | None = None
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.desired_members: int | None = None
-        self.fingerprint: tuple[Any, ...] | None = None
+        self.created = seconds(meta.get("creationTimestamp"))  # the start of startup.timeout
+        self.fingerprint: tuple[Hashable, ...] | None = None
         self.wake_at: float | None = None
         self._parsed: tuple[int, Resource | ValidationError] | None = None
 
@@ -203,74 +202,32 @@ class SetLoop:
         everyone = pods_of(self.runtime.pods, self.namespace)
         members, rollout, problem = self.members(spec, everyone)
         loads, source, metrics_problem = await self.loads(spec, members, now)
-        ack = self.set_ref.ack_annotation
-        views = tuple(sorted((pod.for_set(ack) for pod in members), key=lambda v: v.name))
-        # Owners that are no longer selected but still run may still serve their units: they
-        # hand them off like draining members instead of losing them unfenced.
-        uids = self.published.member_uids
-        owners = {name for name, units in self.published.by_member().items() if units}
-        selected = {pod.uid for pod in members}
-        departed = tuple(
-            sorted(
-                (
-                    pod.for_set(ack)
-                    for pod in everyone
-                    if pod.name in owners
-                    and uids.get(pod.name) == pod.uid
-                    and pod.uid not in selected
-                ),
-                key=lambda v: v.name,
-            )
+        gathered = Gathered(
+            spec=spec,
+            published=self.published,
+            generation=self.generation,
+            members=members,
+            everyone=everyone,
+            now=now,
+            rollout=rollout,
+            problem=problem,
+            loads=loads,
+            metrics_problem=metrics_problem,
+            desired_members=self.desired_members,
+            created=self.created,
         )
-        problem = problem or self.state.fence(now)
-        # Load figures change with every scrape: with them, plan at most once per interval.
-        interval = spec.rebalance.interval.total_seconds()
-        load_tick = None if loads is None else int(now // interval)
-        fingerprint = (
-            self.generation,
-            self.published.epoch,
-            views,
-            departed,
-            rollout,
-            load_tick,
-            problem,
-            metrics_problem,
-        )
-        due = self.wake_at is not None and now >= self.wake_at
-        if fingerprint == self.fingerprint and not due:
+        prepared = prepare(gathered, self.state, self.fingerprint, self.wake_at)
+        if not prepared.new:
             return self.wake_at
 
-        if problem is not None:
-            result = PassResult(
-                decision=None,
-                problems=(problem,),
-                restart_holds=spend_expired(
-                    self.state.restart_holds, now, self.state.restart_grace
-                ),
-                restart_grace=self.state.restart_grace,
-            )
-        else:
-            with telemetry.timed(telemetry.PLAN_DURATION, self.labels):
-                result = plan_pass(
-                    PassInput(
-                        spec=spec,
-                        published=self.published,
-                        generation=self.generation,
-                        pods=views,
-                        now=now,
-                        last_round=self.state.last_round,
-                        rollout=rollout,
-                        loads=loads,
-                        departed=departed,
-                        desired_members=self.desired_members if spec.workload_ref else None,
-                        created=seconds(self.body["metadata"].get("creationTimestamp")),
-                        releases_known=self.state.known_releases(),
-                        restart_holds=self.state.restart_holds,
-                    )
-                )
-                self.announce_holds(result)
-                self.state.note_holds(result.restart_holds, result.restart_grace)
+        planning = telemetry.timed(telemetry.PLAN_DURATION, self.labels)
+        with planning if prepared.problem is None else contextlib.nullcontext():
+            outcome = run(gathered, prepared, self.state)
+        result = outcome.result
+        self.announce_holds(outcome.new_holds, result.restart_grace)
+        if outcome.planned:
             self.count_moves(result)
+        views = prepared.views
         self.logger.debug(
             "Pass at epoch %d: %d member(s), %d move(s) kept, %d held (%s), next at %s",
             self.published.epoch,
@@ -286,17 +243,8 @@ class SetLoop:
         extra = [metrics_problem] if metrics_problem else []
         await self.report(result, views, now, source, extra, loads)
         self.update_costs(everyone)
-        self.fingerprint = fingerprint
-        self.wake_at = result.wake_at
-        if load_tick is not None:
-            self.wake_at = min(self.wake_at or math.inf, (load_tick + 1) * interval)
-        self.wake_at = self.state.next_wake(self.wake_at)
-        if self.state.loads_missing_since is not None:
-            # Scrapes run when a pass asks for figures: until the workers report, pass once a
-            # scrape interval, so the figures are fresh when they come and the grace is kept.
-            assert spec.metrics.scrape is not None
-            next_scrape = now + spec.metrics.scrape.interval.total_seconds()
-            self.wake_at = min(self.wake_at or math.inf, next_scrape)
+        self.fingerprint = prepared.fingerprint
+        self.wake_at = next_wake(gathered, prepared, result, self.state)
         return self.wake_at
 
     async def loads(
@@ -382,8 +330,7 @@ class SetLoop:
                 for unit in decision.units:
                     if unit in releases:
                         duration.observe(max(0.0, now - releases[unit].since))
-        if result.round_started:
-            self.state.last_round = now
+        written(self.state, result, now, self.kind_spec_timeout())
         events = self.runtime.events
         if result.summary:
             events.post(self.set_ref, "Normal", "Rebalancing", "Rebalance", result.summary)
@@ -392,22 +339,17 @@ class SetLoop:
             events.post(
                 self.set_ref, decision.type, decision.reason.value, action, decision.message()
             )
-            if decision.reason is Reason.HANDOFF_TIMED_OUT:
-                timeout = self.kind_spec_timeout()
-                self.state.hand_off_timed_out(now, decision.message(), timeout)
         self.logger.info(
             "Published epoch %d: %s",
             table.epoch,
             "; ".join(e.message(sample=4) for e in result.decision.events) or "membership",
         )
 
-    def announce_holds(self, result: PassResult) -> None:
+    def announce_holds(self, holds: Sequence[tuple[str, RestartHold]], grace: float) -> None:
         """An Event for each member whose units start to wait for its restart, so that
         `kubectl describe` tells why they do not move (or stay unowned)."""
-        for name, hold in result.restart_holds.items():
-            if name in self.state.restart_holds or hold.spent:
-                continue
-            until = timestamp(hold.until(result.restart_grace))
+        for name, hold in holds:
+            until = timestamp(hold.until(grace))
             message = (
                 f"{name} is restarting in place: its {len(hold.units)} unit(s) wait for it "
                 f"until {until} (rebalance.restartGrace) instead of moving to another pod"

@@ -1,6 +1,6 @@
-"""The placement table a GrainType should have now, and the status that goes with it: pure
-functions of the GrainType, its pods (from the pod cache) and their smoothed load (from the
-metrics collector)."""
+"""The status of a GrainType: what only the operator can judge is wrong with it (`problems`) and
+the status patch that reports it with its placement table (`build_status`). Pure: the clock and
+the conditions the object has come in as arguments."""
 
 from __future__ import annotations
 
@@ -11,100 +11,16 @@ from typing import Any
 
 from apportion.api.conditions import (
     ConditionType,
+    Verdict,
     condition_time,
     dump_conditions,
-    set_condition,
     set_conditions,
 )
-from apportion.api.graintype import DEFAULT_GRAIN_TYPE, GrainStrategyName, GrainType
-from apportion.api.placement_table import (
-    GrainTypeRef,
-    PlacementTableDocument,
-    TableMember,
-    TableStats,
-    configmap_name,
-)
+from apportion.api.graintype import GrainType
+from apportion.api.placement_table import PlacementTableDocument, configmap_name
 from apportion.api.pods import WorkerPod
-from apportion.engine.grains import (
-    LoadSheddingThresholds,
-)
-
-LOAD_AWARE = frozenset(
-    {GrainStrategyName.ACTIVATION_COUNT_BASED, GrainStrategyName.RESOURCE_OPTIMIZED}
-)
-
-
-def is_compatible(pod: WorkerPod) -> bool:
-    """A member that may take new activations: Ready, neither terminating nor finished."""
-    return pod.ready and not pod.terminating and not pod.terminal
-
-
-def is_default(graintype: GrainType) -> bool:
-    return graintype.metadata.name == DEFAULT_GRAIN_TYPE
-
-
-def member_stats(stats: TableStats, shedding: LoadSheddingThresholds) -> TableStats:
-    """The published statistics of one member: the collector's smoothed figures (rounded, so
-    the table does not carry noise digits), with the load-shedding thresholds applied to the
-    overloaded flag so that readers need not know them."""
-    return stats.model_copy(
-        update={
-            "cpu_usage": round(stats.cpu_usage, 2),
-            "memory_usage": round(stats.memory_usage, 2),
-            "overloaded": shedding.is_overloaded(stats),
-        }
-    )
-
-
-def counted_grain_types(graintype: GrainType) -> list[str] | None:
-    """Whose activations a member's count holds: the GrainType's own grain types; for the
-    `default` GrainType every activation (None: Orleans' member-wide count)."""
-    return None if is_default(graintype) else graintype.grain_type_names()
-
-
-def build_document(
-    graintype: GrainType,
-    members: Iterable[WorkerPod],
-    stats: Mapping[str, TableStats],
-    *,
-    version: int,
-    now: datetime,
-) -> PlacementTableDocument:
-    """The table for `members` (compatible pods of the GrainType) and their smoothed
-    statistics (members without any are published without `stats`)."""
-    spec = graintype.spec
-    shedding = LoadSheddingThresholds.from_dict(spec.load_shedding.model_dump(by_alias=True))
-    meta = graintype.metadata
-    table_members = []
-    for pod in sorted(members, key=lambda p: p.name):
-        figures = stats.get(pod.name)
-        table_members.append(
-            TableMember(
-                name=pod.name,
-                address=pod.ip,
-                labels=dict(pod.labels),
-                stats=None if figures is None else member_stats(figures, shedding),
-            )
-        )
-    return PlacementTableDocument(
-        grain_type=GrainTypeRef(
-            namespace=meta.namespace or "",
-            name=meta.name or "",
-            uid=meta.uid or "",
-            generation=meta.generation or 0,
-        ),
-        grain_types=graintype.grain_type_names(),
-        default=is_default(graintype),
-        version=version,
-        published_at=now,
-        strategy=spec.strategy,
-        filters=list(spec.filters),
-        load_shedding=spec.load_shedding,
-        members=table_members,
-    )
-
-
-# ---------------------------------------------------------------------------------- status
+from apportion.engine.grains.document import LOAD_AWARE
+from apportion.engine.kstatus import blocked_conditions, verdicts
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +30,26 @@ class GrainTypeProblem:
     reason: str
     message: str
     blocking: bool = False
+
+
+def claimed_grain_types(body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The grain types a GrainType places, from its raw body: its `grainTypes`, or its own
+    name (raw, so that another GrainType whose spec the models reject still counts)."""
+    spec = body.get("spec") or {}
+    return tuple(spec.get("grainTypes") or (body["metadata"]["name"],))
+
+
+def conflicts(
+    name: str, grain_types: Sequence[str], claims: Mapping[str, Sequence[str]]
+) -> dict[str, list[str]]:
+    """Each of GrainType `name`'s grain types that other GrainTypes of its namespace claim
+    too (`claims`: GrainType → its grain types), with those others by name."""
+    found: dict[str, list[str]] = {}
+    for grain_type in grain_types:
+        others = sorted(o for o, names in claims.items() if o != name and grain_type in names)
+        if others:
+            found[grain_type] = others
+    return found
 
 
 def problems(
@@ -194,6 +130,7 @@ def build_status(
     generation = graintype.metadata.generation
     members = published.members if published is not None else []
     blocking = next((p for p in found if p.blocking), None)
+    ready: Verdict
     if blocking is not None:
         ready = (False, blocking.reason, blocking.message)
     elif published is None:
@@ -204,15 +141,6 @@ def build_status(
             "Published",
             f"placement table version {published.version} with {len(members)} compatible members",
         )
-    conditions = set_condition(
-        conditions,
-        type_=ConditionType.READY,
-        status=ready[0],
-        reason=ready[1],
-        message=ready[2],
-        observed_generation=generation,
-        now=condition_time(now.timestamp()),
-    )
     reconciling, stalled = kstatus_verdicts(found, published)
     worst = found[0] if found else None
     degraded = (
@@ -220,9 +148,10 @@ def build_status(
         worst.reason if worst else "AsExpected",
         "; ".join(p.message for p in found) if found else "",
     )
-    conditions = set_conditions(
+    updated = set_conditions(
         conditions,
         (
+            (ConditionType.READY, ready),
             (ConditionType.RECONCILING, reconciling),
             (ConditionType.STALLED, stalled),
             (ConditionType.DEGRADED, degraded),
@@ -239,39 +168,27 @@ def build_status(
         "tableVersion": published.version if published else None,
         "placementTable": configmap_name(name) if published else None,
         "lastPublishTime": last_publish_time,
-        "conditions": dump_conditions(conditions),
+        "conditions": dump_conditions(updated),
     }
-
-
-STALLING = frozenset({"InvalidSpec", "NoMembers", "PublishFailed", "GrainTypeConflict"})
-"""Problems that need a user's change (Stalled=True, kstatus Failed): a spec the operator
-rejects, a selector nothing matches, a table too large for its ConfigMap, a grain type two
-GrainTypes claim."""
-
-_Verdict = tuple[bool, str, str]
-_HELD = "nothing progresses until the spec or the cluster changes"
-_FINE = "nothing waits for a change of the spec or the cluster"
 
 
 def kstatus_verdicts(
     found: Sequence[GrainTypeProblem], published: PlacementTableDocument | None
-) -> tuple[_Verdict, _Verdict]:
-    """Reconciling and Stalled, kstatus' abnormal-true conditions (docs/api.md, "Status for
-    GitOps tools"): never both True."""
-    stalling = next((p for p in found if p.reason in STALLING), None)
-    if stalling is not None:
-        return (False, "Stalled", _HELD), (True, stalling.reason, stalling.message)
-    stalled = (False, "AsExpected", _FINE)
+) -> tuple[Verdict, Verdict]:
+    """Reconciling and Stalled (`apportion.engine.kstatus.verdicts`): a GrainType reconciles
+    while its table is not written or no selected pod is Ready yet."""
     blocking = next((p for p in found if p.blocking), None)
     if blocking is not None:  # NoCompatibleMembers: the selected pods are not Ready yet
-        return (True, blocking.reason, blocking.message), stalled
-    if published is None:
-        return (True, "Publishing", "the placement table is not written yet"), stalled
-    return (
-        False,
-        "Settled",
-        f"placement table version {published.version} is published",
-    ), stalled
+        reconciling: Verdict = (True, blocking.reason, blocking.message)
+    elif published is None:
+        reconciling = (True, "Publishing", "the placement table is not written yet")
+    else:
+        reconciling = (
+            False,
+            "Settled",
+            f"placement table version {published.version} is published",
+        )
+    return verdicts(found, reconciling)
 
 
 def blocked_status(
@@ -285,20 +202,10 @@ def blocked_status(
     """Nothing new is published, the last table stands: a spec the API server accepted but the
     models reject (CRD/operator version skew; `InvalidSpec`, Stalled) or a pass that failed
     (`PassFailed`, retried with back-off: Reconciling)."""
-    problem = GrainTypeProblem(reason, message, blocking=True)
-    reconciling, stalled = kstatus_verdicts([problem], None)
-    conditions = set_conditions(
-        conditions,
-        (
-            (ConditionType.READY, (False, reason, message)),
-            (ConditionType.RECONCILING, reconciling),
-            (ConditionType.STALLED, stalled),
-            (ConditionType.DEGRADED, (True, reason, message)),
-        ),
-        observed_generation=generation,
-        now=condition_time(now.timestamp()),
+    blocked = blocked_conditions(
+        conditions, reason, message, generation=generation, now=condition_time(now.timestamp())
     )
-    return {"observedGeneration": generation, "conditions": dump_conditions(conditions)}
+    return {"observedGeneration": generation, "conditions": dump_conditions(blocked)}
 
 
 def invalid_status(

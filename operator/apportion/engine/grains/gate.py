@@ -20,6 +20,11 @@ class Decision:
     retry_in: float | None = None
     """Seconds until a held-back load change may be written; None when nothing waits."""
 
+    def next_pass(self, interval: float) -> float:
+        """Seconds until the next pass although nothing changes: `publish.interval`, sooner
+        when a held-back load change comes due."""
+        return interval if self.retry_in is None else min(interval, self.retry_in)
+
 
 class PublishGate:
     """Remembers the last table written and when."""
