@@ -496,22 +496,13 @@ class SetLoop:
     def update_costs(self, everyone: Sequence[WorkerPod]) -> None:
         assert self.published is not None
         uids = self.published.member_uids
-        holdings: dict[str, int] = {}
-        for member, units in self.published.by_member().items():
-            holdings[uids[member]] = len(units)
-        costs = self.runtime.costs
-        pods = {
-            pod.uid: (pod.name, pod.deletion_cost)
-            for pod in everyone
-            if pod.uid in holdings or pod.deletion_cost is not None
+        holdings = {
+            uids[member]: len(units) for member, units in self.published.by_member().items()
         }
-        costs.update(self.namespace, self.set_key, holdings, pods)
-        costs.forget_pods(self.namespace, {pod.uid for pod in everyone})
+        pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
+        self.runtime.costs.update(self.namespace, self.set_key, holdings, pods)
 
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
-        everyone = pods_of(self.runtime.pods, self.namespace)
-        pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
-        self.runtime.costs.update(self.namespace, self.set_key, {}, pods)
         self.runtime.costs.forget_set(self.namespace, self.set_key)
         self.runtime.metrics.forget(self.namespace, self.set_ref.name)
