@@ -6,8 +6,8 @@ after the change). The operator's memory grows with the pods it manages, not wit
 A set declares what it wants with `want` (label selectors, and names: the owners of its
 published units, which must stay visible after their labels stop matching, so that they hand
 their units off instead of losing them unfenced). A new or widened want is filled by a LIST
-filtered by the API server (the selector as a `labelSelector`, a GET per owner name), never by
-a re-list of everything. Each scope is followed by the list-then-watch primitive
+filtered by the API server (the selector as a `labelSelector`, a `metadata.name` field selector
+per owner name), never by a re-list of everything. Each scope is followed by the list-then-watch primitive
 (`apportion.listwatch.ListWatch`): a dropped watch resumes from the last version seen, and a
 410 Gone is followed by a full, paged re-list that replaces what is kept — pods deleted while
 nobody watched never linger, and the sets that wanted them wake.
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import fnmatch
-import logging
 from collections.abc import (
     AsyncIterator,
     Callable,
@@ -36,8 +35,6 @@ from lightkube.operators import Operator, exists, in_, not_exists, not_in
 from apportion.api.common import LabelSelector, LabelSelectorRequirement, SelectorOperator
 from apportion.controllers import telemetry
 from apportion.listwatch import EventType, ListWatch, list_objects
-
-logger = logging.getLogger(__name__)
 
 F = TypeVar("F")
 
@@ -158,8 +155,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         scope: Sequence[str] = (),
     ) -> None:
         version = f"{group}/v1" if group else "v1"
-        # A plain-dict resource, kept out of lightkube's registry (where `Pod` means the typed
-        # model): parsing a watch event costs a JSON decode, not a model tree.
+        # A resource of our own, kept out of lightkube's registry (where `Pod` means the typed
+        # model): it only names the URLs; `listwatch` decodes the JSON into `_Seen`, not a
+        # model tree.
         self.resource = type(
             kind,
             (GenericNamespacedResource,),
