@@ -7,10 +7,10 @@ A set declares what it wants with `want` (label selectors, and names: the owners
 published units, which must stay visible after their labels stop matching, so that they hand
 their units off instead of losing them unfenced). A new or widened want is filled by a LIST
 filtered by the API server (the selector as a `labelSelector`, a `metadata.name` field selector
-per owner name), never by a re-list of everything. Each scope is followed by the list-then-watch primitive
-(`apportion.listwatch.ListWatch`): a dropped watch resumes from the last version seen, and a
-410 Gone is followed by a full, paged re-list that replaces what is kept — pods deleted while
-nobody watched never linger, and the sets that wanted them wake.
+per owner name), never by a re-list of everything. Each scope is followed by the list-then-watch
+primitive (`apportion.listwatch.ListWatch`): a dropped watch resumes from the last version seen,
+and a 410 Gone is followed by a full, paged re-list that replaces what is kept — pods deleted
+while nobody watched never linger, and the sets that wanted them wake.
 """
 
 from __future__ import annotations
