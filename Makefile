@@ -83,8 +83,8 @@ java: java-deps postgres-deps
 bench: setup kafka-jars
 	$(BIN)/python bench/run_all.py
 
-# Gates that fail the test run: ruff, and mypy (strict on the api and engine layers; the
-# modules still on pyproject.toml's typing-debt list are not checked yet).
+# Gates that fail the test run: ruff, mypy (strict on the api and engine layers, every module
+# of the package and the harness checked) and the import contracts.
 lint: setup
 	$(BIN)/ruff check operator devtools tests bench conformance integrations scripts
 	$(BIN)/mypy

@@ -1,94 +1,21 @@
 """The caches of selected pods (`controllers.caches`): what is kept, whom an event wakes,
-and that no deleted pod lingers, against a scripted API server (list, watch, label filters)."""
+and that no deleted pod lingers, against a scripted API server on loopback
+(tests/unit/fake_apiserver.py: list, watch, label and field selectors, 410 Gone)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from lightkube import ALL_NS
-from lightkube.operators import Operator
+import pytest
+import pytest_asyncio
+from fake_apiserver import FakeApiServer, serving
 
+from apportion import listwatch
 from apportion.api.common import LabelSelector
 from apportion.api.pods import WorkerPod
 from apportion.controllers.caches import SelectedCache, Want
-
-
-class Listing:
-    def __init__(self, items: list[dict[str, Any]], version: str) -> None:
-        self.items, self.resourceVersion = items, version
-
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        async def each() -> AsyncIterator[dict[str, Any]]:
-            for item in self.items:
-                yield item
-
-        return each()
-
-
-class ApiServer:
-    """Pods of one namespace; lists honour label equality and `metadata.name` (an operator in
-    a label query lists a superset, as a key required twice does); every change goes to the
-    open watch."""
-
-    def __init__(self) -> None:
-        self.pods: dict[str, dict[str, Any]] = {}
-        self.version = 0
-        self.watch_queue: asyncio.Queue[Any] = asyncio.Queue()
-        self.lists: list[dict[str, Any]] = []
-        self.before_list_returns: Any = None
-
-    def put(self, name: str, labels: dict[str, str], uid: str | None = None) -> None:
-        self.version += 1
-        uid = uid or f"uid-{name}"
-        event = "MODIFIED" if uid in self.pods else "ADDED"
-        self.pods[uid] = {
-            "metadata": {
-                "name": name,
-                "namespace": "ns",
-                "uid": uid,
-                "labels": labels,
-                "resourceVersion": str(self.version),
-            }
-        }
-        self.watch_queue.put_nowait((event, self.pods[uid]))
-
-    def delete(self, name: str, *, tell_watch: bool = True) -> None:
-        self.version += 1
-        uid = next(uid for uid, pod in self.pods.items() if pod["metadata"]["name"] == name)
-        body = self.pods.pop(uid)
-        body["metadata"]["resourceVersion"] = str(self.version)
-        if tell_watch:
-            self.watch_queue.put_nowait(("DELETED", body))
-
-    def list(self, resource: Any, namespace: str | None, **query: Any) -> Listing:
-        assert namespace in ("ns", ALL_NS)  # lightkube reads None as the client's namespace
-        self.lists.append(query)
-        labels = query.get("labels") or {}
-        name = (query.get("fields") or {}).get("metadata.name")
-        items = [
-            pod
-            for pod in self.pods.values()
-            if (name is None or pod["metadata"]["name"] == name)
-            and all(
-                isinstance(v, Operator) or pod["metadata"]["labels"].get(k) == v
-                for k, v in labels.items()
-            )
-        ]
-        if self.before_list_returns is not None:
-            self.before_list_returns()
-        return Listing([dict(pod) for pod in items], str(self.version))
-
-    async def watch(
-        self, resource: Any, namespace: str | None, **_: Any
-    ) -> AsyncIterator[tuple[str, Any]]:
-        assert namespace == ALL_NS, "an operator without --namespace watches every namespace"
-        while True:
-            item = await self.watch_queue.get()
-            if isinstance(item, Exception):
-                raise item
-            yield item
 
 
 def selector(**labels: str) -> LabelSelector:
@@ -99,56 +26,82 @@ def pod_body_fact(body: Any) -> WorkerPod:
     return WorkerPod.from_body({**body, "status": {}})
 
 
-async def started(server: ApiServer) -> tuple[SelectedCache[WorkerPod], list[str]]:
+@pytest_asyncio.fixture(loop_scope="function")  # the test's loop serves and reads
+async def server() -> AsyncIterator[tuple[FakeApiServer, Any]]:
+    async with serving() as running:
+        yield running
+
+
+def put(server: FakeApiServer, name: str, labels: dict[str, str]) -> None:
+    server.put("pods", "ns", name, labels)
+
+
+async def started(
+    running: tuple[FakeApiServer, Any],
+) -> tuple[SelectedCache[WorkerPod], list[str]]:
+    _, client = running
     woken: list[str] = []
-    cache = SelectedCache("pods", "Pod", "", pod_body_fact, server, woken.append)  # type: ignore[arg-type]
+    cache = SelectedCache("pods", "Pod", "", pod_body_fact, client, woken.append)
     await cache.start()
     return cache, woken
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def eventually(done: Callable[[], bool]) -> None:
+    async def wait() -> None:
+        while not done():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(wait(), 10)
 
 
 def names(cache: SelectedCache[WorkerPod]) -> set[str]:
     return {pod.name for pod in cache.get("ns", ())}
 
 
-async def test_only_selected_pods_are_kept_and_only_their_sets_woken() -> None:
-    server = ApiServer()
+def label_lists(server: FakeApiServer) -> list[dict[str, str]]:
+    """The selectors of the LISTs after the cache's first (every pod of every namespace)."""
+    lists = server.requested("list")
+    assert lists[0].namespace is None and "labelSelector" not in lists[0].params
+    return [
+        {k: v for k, v in r.params.items() if k in ("labelSelector", "fieldSelector")}
+        for r in lists[1:]
+    ]
+
+
+async def test_only_selected_pods_are_kept_and_only_their_sets_woken(server) -> None:
+    api, _ = server
     for i in range(3):
-        server.put(f"w-{i}", {"app": "w"})
+        put(api, f"w-{i}", {"app": "w"})
     for i in range(50):
-        server.put(f"other-{i}", {"app": "other"})
+        put(api, f"other-{i}", {"app": "other"})
     cache, woken = await started(server)
     assert cache.kept() == 0  # nobody wants anything yet
     await cache.want("A", Want("ns", (selector(app="w"),)))
     assert names(cache) == {"w-0", "w-1", "w-2"}
-    assert server.lists[-1] == {"labels": {"app": "w"}}  # filled by a filtered LIST
+    assert label_lists(api) == [{"labelSelector": "app=w"}]  # filled by a filtered LIST
     await cache.want("B", Want("ns", (selector(app="x"),)))
 
-    server.put("other-0", {"app": "other", "touched": "yes"})
-    server.put("w-3", {"app": "w"})
-    await settle()
+    put(api, "other-0", {"app": "other", "touched": "yes"})
+    put(api, "w-3", {"app": "w"})
+    await eventually(lambda: "w-3" in names(cache))  # the watch delivers in order
     assert names(cache) == {"w-0", "w-1", "w-2", "w-3"}
     assert woken == ["A"]  # the unrelated pod woke nobody
 
-    server.put("w-1", {"app": "x"})  # moves from A's selection to B's: both wake
-    await settle()
+    put(api, "w-1", {"app": "x"})  # moves from A's selection to B's: both wake
+    await eventually(lambda: len(woken) == 3)
     assert sorted(woken[1:]) == ["A", "B"]
     await cache.stop()
 
 
-async def test_owners_stay_visible_after_their_labels_stop_matching() -> None:
-    server = ApiServer()
-    server.put("w-0", {"app": "w"})
-    server.put("w-1", {"app": "w"})
+async def test_owners_stay_visible_after_their_labels_stop_matching(server) -> None:
+    api, _ = server
+    put(api, "w-0", {"app": "w"})
+    put(api, "w-1", {"app": "w"})
     cache, woken = await started(server)
     await cache.want("A", Want("ns", (selector(app="w"),), frozenset({"w-0"})))
-    server.put("w-0", {"app": "retired"})
-    server.put("w-1", {"app": "retired"})
-    await settle()
+    put(api, "w-0", {"app": "retired"})
+    put(api, "w-1", {"app": "retired"})
+    await eventually(lambda: len(woken) == 2)
     assert names(cache) == {"w-0"}  # w-1 owned nothing: dropped
     assert woken == ["A", "A"]
     await cache.want("A", Want("ns", (selector(app="w"),)))  # w-0 handed its units off
@@ -156,67 +109,54 @@ async def test_owners_stay_visible_after_their_labels_stop_matching() -> None:
     await cache.stop()
 
 
-async def test_an_owner_unselected_while_the_operator_was_away_is_fetched_by_name() -> None:
-    server = ApiServer()
-    server.put("w-0", {"app": "retired"})
+async def test_an_owner_unselected_while_the_operator_was_away_is_fetched_by_name(
+    server,
+) -> None:
+    api, _ = server
+    put(api, "w-0", {"app": "retired"})
     cache, _ = await started(server)
     await cache.want("A", Want("ns", (selector(app="w"),), frozenset({"w-0", "gone"})))
     assert names(cache) == {"w-0"}
-    assert {"fields": {"metadata.name": "gone"}} in server.lists
+    assert {"fieldSelector": "metadata.name=gone"} in label_lists(api)
     await cache.stop()
 
 
-async def test_a_relist_after_a_broken_watch_drops_pods_deleted_meanwhile() -> None:
-    server = ApiServer()
-    server.put("w-0", {"app": "w"})
-    server.put("w-1", {"app": "w"})
+async def test_a_relist_after_410_drops_pods_deleted_meanwhile_and_wakes_their_sets(
+    server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The watch drops, w-1 is deleted and the history compacted before it resumes: the
+    server answers 410 Gone, and the relist replaces what the cache keeps."""
+    monkeypatch.setattr(listwatch, "RETRY_MIN", 0.01)
+    api, _ = server
+    put(api, "w-0", {"app": "w"})
+    put(api, "w-1", {"app": "w"})
     cache, woken = await started(server)
     await cache.want("A", Want("ns", (selector(app="w"),)))
-    server.delete("w-1", tell_watch=False)  # the watch never hears of it
-    server.watch_queue.put_nowait(ConnectionError("dropped"))
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if cache.relists and names(cache) == {"w-0"}:
-            break
+    await eventually(lambda: bool(api._streams))
+    api.drop()
+    api.delete("pods", "ns", "w-1")
+    api.compact()
+    await eventually(lambda: cache.relists == 1)
     assert names(cache) == {"w-0"}
-    assert "A" in woken
+    assert woken == ["A"]
     await cache.stop()
 
 
-async def test_a_deletion_seen_during_a_fill_is_not_undone_by_the_fill() -> None:
-    server = ApiServer()
-    server.put("w-0", {"app": "w"})
-    server.put("w-1", {"app": "w"})
+async def test_a_deletion_seen_during_a_fill_is_not_undone_by_the_fill(server) -> None:
+    api, _ = server
+    put(api, "w-0", {"app": "w"})
+    put(api, "w-1", {"app": "w"})
     cache, _ = await started(server)
 
-    def deleted_while_listing() -> None:
-        # The LIST has its answer (both pods); w-1 goes before the answer is handled, and the
+    async def deleted_while_listing() -> None:
+        # The LIST has its answer (both pods); w-1 goes before the answer is sent, and the
         # watch reports it first.
-        server.before_list_returns = None
-        server.delete("w-1")
+        api.before_list_returns = None
+        api.delete("pods", "ns", "w-1")
+        await eventually(lambda: bool(cache._deleted))
 
-    async def slow_fill() -> None:
-        await cache.want("A", Want("ns", (selector(app="w"),)))
-
-    server.before_list_returns = deleted_while_listing
-    original = server.list
-
-    def list_then_yield(resource: Any, namespace: str | None, **query: Any) -> Any:
-        listing = original(resource, namespace, **query)
-
-        class Slow(Listing):
-            def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-                async def each() -> AsyncIterator[dict[str, Any]]:
-                    await settle()  # the watch delivers the deletion now
-                    for item in listing.items:
-                        yield item
-
-                return each()
-
-        return Slow(listing.items, listing.resourceVersion)
-
-    server.list = list_then_yield  # type: ignore[method-assign]
-    await slow_fill()
+    api.before_list_returns = deleted_while_listing
+    await cache.want("A", Want("ns", (selector(app="w"),)))
     assert names(cache) == {"w-0"}
     await cache.stop()
 

@@ -1,6 +1,7 @@
-"""The director's table watch against a scripted client: list, then watch from the list's
-version; a failed watch lists again, which also drops tables deleted meanwhile; malformed tables
-are skipped and the last good one stays. (The real API server: tests/e2e/test_graintype.py.)"""
+"""The director's table watch against a scripted API server on loopback
+(tests/unit/fake_apiserver.py): list, then watch from the list's version; a watch answered 410
+Gone lists again, which also drops tables deleted meanwhile; malformed tables are skipped and
+the last good one stays. (The real API server: tests/e2e/test_graintype.py.)"""
 
 from __future__ import annotations
 
@@ -8,93 +9,73 @@ import asyncio
 from typing import Any
 
 import pytest
+from fake_apiserver import FakeApiServer, serving
 from test_director import table
 
+from apportion import listwatch
 from apportion.api.placement_table import to_configmap
 from apportion.grains import PlacementDirector
-
-
-class Listing:
-    def __init__(self, items: list[dict[str, Any]], version: str) -> None:
-        self.items = items
-        self.resourceVersion = version
-
-    async def __aiter__(self):
-        for item in self.items:
-            yield item
-
-
-class ScriptedClient:
-    """`list` answers with the current objects; each `watch` plays the next script: events,
-    then an exception (or waits forever when the script ends with None)."""
-
-    def __init__(self, objects: dict[str, dict[str, Any]], scripts: list[list[Any]]) -> None:
-        self.objects = objects
-        self.scripts = scripts
-        self.lists = 0
-        self.watched_from: list[str | None] = []
-        self.namespace = "shop"
-
-    def list(self, resource: Any, **kw: Any) -> Listing:
-        self.lists += 1
-        return Listing(list(self.objects.values()), f"rv{self.lists}")
-
-    async def watch(self, resource: Any, **kw: Any):
-        self.watched_from.append(kw.get("resource_version"))
-        script = self.scripts.pop(0) if self.scripts else [None]
-        for step in script:
-            if step is None:
-                await asyncio.Event().wait()
-            if isinstance(step, BaseException):
-                raise step
-            yield step
 
 
 def cm(name: str, version: int, strategy: str = "PreferLocal") -> dict[str, Any]:
     return to_configmap(table(name, {"name": strategy}, version=version))
 
 
-async def test_list_then_watch_then_relist_after_an_error() -> None:
-    objects = {"carts": cm("carts", 1), "orders": cm("orders", 1)}
-    broken = cm("carts", 3)
-    broken["data"]["placement.json"] = "{not json"
-    scripts = [
-        [
-            ("MODIFIED", cm("carts", 2, "SiloRoleBased")),
-            ("MODIFIED", broken),
-            ConnectionError("watch dropped"),
-        ],
-        [None],
-    ]
-    client = ScriptedClient(objects, scripts)
-    director = PlacementDirector("w-0")
-    await director.start("shop", client)  # type: ignore[arg-type]
-    try:
-        assert set(director.tables()) == {"carts", "orders"}
-        await director.wait_for_table("carts", min_version=2, timeout=5)
-        assert director.table_for("carts").strategy.name == "SiloRoleBased"
-        # While the watch is down, "orders" is deleted: the relist drops it.
-        del objects["orders"]
-        objects["carts"] = cm("carts", 4)
-        await director.wait_for_table("carts", min_version=4, timeout=5)
-        assert set(director.tables()) == {"carts"}
-        assert client.lists == 2 and client.watched_from == ["rv1", "rv2"]
-    finally:
-        await director.stop()
+def put(server: FakeApiServer, body: dict[str, Any]) -> None:
+    server.put_object("configmaps", {**body, "metadata": {**body["metadata"], "namespace": "shop"}})
+
+
+@pytest.fixture(autouse=True)
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listwatch, "RETRY_MIN", 0.01)
+
+
+async def test_list_then_watch_then_relist_after_gone() -> None:
+    async with serving() as (server, client):
+        put(server, cm("carts", 1))
+        put(server, cm("orders", 1))
+        server.put("configmaps", "shop", "unrelated", {"app": "x"}, data={})
+        director = PlacementDirector("w-0")
+        await director.start("shop", client)
+        try:
+            assert set(director.tables()) == {"carts", "orders"}
+            put(server, cm("carts", 2, "SiloRoleBased"))
+            broken = cm("carts", 3)
+            broken["data"]["placement.json"] = "{not json"
+            put(server, broken)
+            await director.wait_for_table("carts", min_version=2, timeout=5)
+            assert director.table_for("carts").strategy.name == "SiloRoleBased"
+            # While the watch is down "orders" is deleted and the history compacted: the
+            # resumed watch is answered 410 Gone, and the relist drops "orders".
+            server.watching.clear()
+            server.drop()
+            server.delete("configmaps", "shop", cm("orders", 1)["metadata"]["name"])
+            put(server, cm("carts", 4))
+            server.compact()
+            await director.wait_for_table("carts", min_version=4, timeout=5)
+            assert set(director.tables()) == {"carts"}
+            lists = server.requested("list")
+            assert len(lists) == 2
+            assert {r.params["labelSelector"] for r in lists} == {
+                "apportion.dev/placement-table=true"
+            }
+        finally:
+            await director.stop()
 
 
 async def test_deleted_event_removes_the_table_and_waiters_time_out() -> None:
-    objects = {"carts": cm("carts", 1)}
-    client = ScriptedClient(objects, [[("DELETED", cm("carts", 1)), None]])
-    director = PlacementDirector("w-0")
-    await director.start("shop", client)  # type: ignore[arg-type]
-    try:
-        for _ in range(50):
-            if not director.tables():
-                break
-            await asyncio.sleep(0.01)
-        assert director.tables() == {}
-        with pytest.raises(TimeoutError):
-            await director.wait_for_table("carts", timeout=0.1)
-    finally:
-        await director.stop()
+    async with serving() as (server, client):
+        put(server, cm("carts", 1))
+        director = PlacementDirector("w-0")
+        await director.start("shop", client)
+        try:
+            server.delete("configmaps", "shop", cm("carts", 1)["metadata"]["name"])
+            for _ in range(500):
+                if not director.tables():
+                    break
+                await asyncio.sleep(0.01)
+            assert director.tables() == {}
+            with pytest.raises(TimeoutError):
+                await director.wait_for_table("carts", timeout=0.1)
+        finally:
+            await director.stop()

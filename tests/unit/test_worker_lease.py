@@ -13,7 +13,7 @@ import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Pod
-from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, theirs
+from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, serving, theirs
 
 from apportion.api.assignment import AssignmentTable
 from apportion.api.worker_metrics import WorkerMetrics
@@ -96,7 +96,7 @@ async def started(api: CutOffApi, record: Record, clock: Clock) -> Worker:
         client=api,  # type: ignore[arg-type]
     )
     worker._lease.clock = clock
-    await worker.start(timeout=5)
+    await serving(api, worker)
     await worker.wait_for(lambda: worker.my_units() == {"0", "1"}, 5)
     return worker
 
@@ -225,7 +225,7 @@ async def test_readyz_tells_whether_the_worker_serves(status: int) -> None:
         client=api,  # type: ignore[arg-type]
     )
     worker._lease.clock = clock
-    await worker.start(timeout=5)
+    await serving(api, worker)
     try:
         await worker.wait_for(lambda: worker.serving and worker.my_units() == {"0", "1"}, 5)
         if status == 503:

@@ -5,12 +5,11 @@ path runs against a real API server in tests/e2e/test_worker.py)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from fake_apiserver import FakeApiServer
 from lightkube.resources.core_v1 import ConfigMap, Pod
-from test_worker_watch import Listing
 
 from apportion.api.assignment import (
     Ack,
@@ -51,25 +50,31 @@ def theirs(epoch: int) -> UnitState:
 
 
 class FakeApi:
-    """The calls `Worker` makes: its Pod's GET and merge patches (the acks), the root ConfigMap's
-    list and watch (tables published with `publish`)."""
+    """The calls `Worker` makes: its Pod's GET and merge patches (the acks) here, the root
+    ConfigMap's list and watch (tables published with `publish`) through a scripted API server
+    on loopback (`serve`), which the watch primitive speaks HTTP to."""
 
     def __init__(self, first: AssignmentTable) -> None:
-        self.root = self._configmap(first)
-        self.events: asyncio.Queue[tuple[str, ConfigMap]] = asyncio.Queue()
+        self.server = FakeApiServer()
         self.acks: list[Ack] = []
+        self.publish(first)
 
-    @staticmethod
-    def _configmap(t: AssignmentTable) -> ConfigMap:
-        [part] = encode_assignment(t)
-        version = str(t.epoch)
-        return ConfigMap.from_dict(
-            {"metadata": {"name": ROOT, "resourceVersion": version}, **part.body()}
-        )
+    async def serve(self) -> None:
+        await self.server.start()
+        self._http = self.server.client()
+        self._client = self._http._client  # what `apportion.listwatch` sends its requests with
+
+    async def stop_serving(self) -> None:
+        await self._http.close()
+        await self.server.stop()
 
     def publish(self, t: AssignmentTable) -> None:
-        self.root = self._configmap(t)
-        self.events.put_nowait(("MODIFIED", self.root))
+        [part] = encode_assignment(t)
+        self.server.put("configmaps", "ns", ROOT, **part.body())
+
+    @property
+    def root(self) -> ConfigMap:
+        return ConfigMap.from_dict(self.server.objects[("configmaps", "ns", ROOT)])
 
     async def get(self, res: type, name: str, *, namespace: str) -> Any:
         assert res is Pod and name == ME.name
@@ -79,13 +84,6 @@ class FakeApi:
                 "spec": {"containers": [], "terminationGracePeriodSeconds": 30},
             }
         )
-
-    def list(self, res: type, *, namespace: str, fields: dict[str, str]) -> Listing:
-        return Listing([self.root], "1")
-
-    async def watch(self, res: type, **_: Any) -> AsyncIterator[tuple[str, ConfigMap]]:
-        while True:
-            yield await self.events.get()
 
     async def patch(self, res: type, name: str, body: dict[str, Any], **_: Any) -> None:
         assert body["metadata"]["uid"] == ME.uid
@@ -133,6 +131,20 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(worker_module, "CLOSE_WAIT", 0.2)
 
 
+async def serving(api: FakeApi, worker: Worker) -> Worker:
+    """`worker`, started on `api`; its `close` stops `api`'s server too."""
+    await api.serve()
+    close = worker.close
+
+    async def close_both() -> None:
+        await close()
+        await api.stop_serving()
+
+    worker.close = close_both  # type: ignore[method-assign]
+    await worker.start(timeout=5)
+    return worker
+
+
 async def started(api: FakeApi, callbacks: Callbacks) -> Worker:
     worker = Worker(
         "PartitionSet",
@@ -147,7 +159,7 @@ async def started(api: FakeApi, callbacks: Callbacks) -> Worker:
         pod_name=ME.name,
         client=api,  # type: ignore[arg-type]
     )
-    await worker.start(timeout=5)
+    await serving(api, worker)
     await worker.wait_for(lambda: worker.my_units() == {"0", "1"}, 5)
     return worker
 

@@ -37,6 +37,7 @@ LIGHTKUBE_VERBS = {
     "delete": {"delete"},
     "deletecollection": {"deletecollection"},
 }
+LISTWATCH_VERBS = {"ListWatch": {"list", "watch"}, "list_objects": {"list"}}
 FABRIC8_VERBS = {
     "get": {"get"},
     "list": {"list"},
@@ -88,6 +89,21 @@ def python_calls(path: Path) -> set[Grant]:
     }
     grants: set[Grant] = set()
     for node in ast.walk(tree):
+        # `ListWatch(client, ConfigMap, …)`, `list_objects(client, ConfigMap, …)`: the
+        # list-then-watch primitive (apportion.listwatch) sends the requests for its caller.
+        called = getattr(node, "func", None)
+        primitive = LISTWATCH_VERBS.get(
+            getattr(called, "attr", None) or getattr(called, "id", None) or ""
+        )
+        if (
+            isinstance(node, ast.Call)
+            and primitive
+            and len(node.args) > 1
+            and isinstance(node.args[1], ast.Name)
+            and node.args[1].id in LIGHTKUBE_RESOURCES
+        ):
+            grants |= {(*LIGHTKUBE_RESOURCES[node.args[1].id], verb) for verb in primitive}
+            continue
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
@@ -162,6 +178,7 @@ def test_the_oracle_sees_each_kind_of_call(tmp_path: Path) -> None:
         "    await client.apply(lease, field_manager='x')\n"
         "    await client.get(Pod, 'p')\n"
         "    async for _ in client.watch(ConfigMap): pass\n"
+        "    listwatch.ListWatch(client, Secret, 'ns', decode=dict)\n"
     )
     path = tmp_path / "probe.py"
     path.write_text(python)
@@ -170,6 +187,8 @@ def test_the_oracle_sees_each_kind_of_call(tmp_path: Path) -> None:
         ("coordination.k8s.io", "leases", "create"),
         ("", "pods", "get"),
         ("", "configmaps", "watch"),
+        ("", "secrets", "list"),
+        ("", "secrets", "watch"),
     }
     java = (
         "client.pods().inNamespace(ns).withName(n).patch(ctx, body);\n"

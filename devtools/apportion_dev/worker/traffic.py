@@ -25,13 +25,13 @@ import itertools
 import logging
 import random
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import aiohttp
 from lightkube import AsyncClient
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion import listwatch
 from apportion.api.assignment import AssignmentTable, assignment_config_map
@@ -188,13 +188,14 @@ class Traffic:
         self._tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        settings_watch = listwatch.ConfigMapListWatch(
+        settings_watch = listwatch.ListWatch(
             self.client,
+            ConfigMap,
             self.namespace,
+            decode=dict,
             on_list=self._on_settings_list,
             on_event=self._on_settings_event,
-            fields={"metadata.name": self.config_map},
-            what=f"ConfigMap {self.config_map}",
+            selection=listwatch.Selection(fields={"metadata.name": self.config_map}),
         )
         watches = [
             AssignmentWatch(
@@ -215,10 +216,11 @@ class Traffic:
 
     # ------------------------------------------------------------------------------- inputs
 
-    async def _on_settings_list(self, found: Sequence[dict[str, Any]]) -> None:
+    async def _on_settings_list(self, listed: AsyncIterator[dict[str, Any]]) -> None:
+        found = [obj async for obj in listed]
         self._apply(found[0].get("data") or {} if found else {})
 
-    async def _on_settings_event(self, event: str, obj: dict[str, Any]) -> None:
+    async def _on_settings_event(self, event: listwatch.EventType, obj: dict[str, Any]) -> None:
         self._apply({} if event == "DELETED" else obj.get("data") or {})
 
     def _apply(self, data: Mapping[str, str]) -> None:

@@ -6,40 +6,37 @@ after the change). The operator's memory grows with the pods it manages, not wit
 A set declares what it wants with `want` (label selectors, and names: the owners of its
 published units, which must stay visible after their labels stop matching, so that they hand
 their units off instead of losing them unfenced). A new or widened want is filled by a LIST
-filtered by the API server (the selector as a `labelSelector`, a GET per owner name), never by
-a re-list of everything. A watch that ends in an error is followed by a full, paged re-list that
-replaces what is kept, so pods deleted while the watch was down never linger.
+filtered by the API server (the selector as a `labelSelector`, a `metadata.name` field selector
+per owner name), never by a re-list of everything. Each scope is followed by the list-then-watch
+primitive (`apportion.listwatch.ListWatch`): a dropped watch resumes from the last version seen,
+and a 410 Gone is followed by a full, paged re-list that replaces what is kept — pods deleted
+while nobody watched never linger, and the sets that wanted them wake.
 """
 
 from __future__ import annotations
 
 import asyncio
 import fnmatch
-import logging
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from lightkube import ALL_NS, ApiError, AsyncClient
 from lightkube.generic_resource import GenericNamespacedResource, create_api_info
-from lightkube.operators import exists, in_, not_exists, not_in
+from lightkube.operators import Operator, exists, in_, not_exists, not_in
 
-from apportion.api.common import LabelSelector, SelectorOperator
+from apportion.api.common import LabelSelector, LabelSelectorRequirement, SelectorOperator
 from apportion.controllers import telemetry
-from apportion.listwatch import (
-    RETRY_MAX,
-    RETRY_MIN,
-    WATCH_TIMEOUT,
-    WatchSilent,
-    as_dict,
-    bounded,
-)
-
-logger = logging.getLogger(__name__)
+from apportion.listwatch import EventType, ListWatch, list_objects
 
 F = TypeVar("F")
-PAGE = 500
-"""Objects per page of a full re-list: what is parsed and dropped at once."""
 
 
 @dataclass(frozen=True)
@@ -67,13 +64,7 @@ class Want:
             for key, value in selector.match_labels.items():
                 query.setdefault(key, value)
             for requirement in selector.match_expressions:
-                operator = {
-                    SelectorOperator.IN: lambda r: in_(r.values),
-                    SelectorOperator.NOT_IN: lambda r: not_in(r.values),
-                    SelectorOperator.EXISTS: lambda r: exists(),
-                    SelectorOperator.DOES_NOT_EXIST: lambda r: not_exists(),
-                }[requirement.operator]
-                query.setdefault(requirement.key, operator(requirement))
+                query.setdefault(requirement.key, _operator(requirement))
         return query
 
     def buckets(self) -> list[tuple[str, str] | None]:
@@ -83,6 +74,18 @@ class Want:
             for pair in selector.match_labels.items():
                 return [pair]
         return [None] if self.selectors else []
+
+
+def _operator(requirement: LabelSelectorRequirement) -> Operator[Any]:
+    match requirement.operator:
+        case SelectorOperator.IN:
+            return in_(requirement.values)
+        case SelectorOperator.NOT_IN:
+            return not_in(requirement.values)
+        case SelectorOperator.EXISTS:
+            return exists()
+        case SelectorOperator.DOES_NOT_EXIST:
+            return not_exists()
 
 
 @dataclass
@@ -101,6 +104,30 @@ def _version(meta: Mapping[str, Any]) -> int:
         return int(meta.get("resourceVersion") or 0)
     except ValueError:
         return 0
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """An object as a list or a watch delivered it; its fact is made only if a set wants it."""
+
+    namespace: str
+    uid: str
+    name: str
+    labels: Mapping[str, str]
+    version: int
+    body: Mapping[str, Any]
+
+    @classmethod
+    def decode(cls, body: dict[str, Any]) -> _Seen:
+        meta = body.get("metadata") or {}
+        return cls(
+            meta.get("namespace", ""),
+            meta.get("uid", ""),
+            meta.get("name", ""),
+            meta.get("labels") or {},
+            _version(meta),
+            body,
+        )
 
 
 @dataclass
@@ -128,8 +155,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         scope: Sequence[str] = (),
     ) -> None:
         version = f"{group}/v1" if group else "v1"
-        # A plain-dict resource, kept out of lightkube's registry (where `Pod` means the typed
-        # model): parsing a watch event costs a JSON decode, not a model tree.
+        # A resource of our own, kept out of lightkube's registry (where `Pod` means the typed
+        # model): it only names the URLs; `listwatch` decodes the JSON into `_Seen`, not a
+        # model tree.
         self.resource = type(
             kind,
             (GenericNamespacedResource,),
@@ -144,9 +172,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         self._namespaces: dict[str, _NamespaceSelection[F]] = {}
         self._synced = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._watches: list[ListWatch[_Seen]] = []
         self._listing = 0
         self._deleted: set[str] = set()
-        self.relists = 0
 
     # ------------------------------------------------------------------------- Mapping view
 
@@ -243,44 +271,44 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         aside, so that the LIST's older view cannot bring a deleted object back."""
         self._listing += 1
         try:
-            listing = self.client.list(self.resource, namespace=namespace, **selectors)
-            found = [as_dict(item) async for item in listing]
+            found = await list_objects(
+                self.client, self.resource, namespace, decode=_Seen.decode, **selectors
+            )
         except ApiError as error:
             if error.status.code != 404:
                 raise
             found = []
         finally:
             self._listing -= 1
-        for body in found:
-            if body["metadata"]["uid"] not in self._deleted:
-                self._apply("ADDED", body, notify=False)
+        for seen in found:
+            if seen.uid not in self._deleted:
+                self._apply("ADDED", seen, notify=False)
         if not self._listing:
             self._deleted.clear()
 
     # ------------------------------------------------------------------------------ events
 
-    def _apply(self, event: str, body: Mapping[str, Any], *, notify: bool = True) -> None:
-        meta = body.get("metadata") or {}
-        namespace, uid, name = meta.get("namespace", ""), meta.get("uid", ""), meta.get("name", "")
-        labels = meta.get("labels") or {}
-        ns = self._namespaces.get(namespace)
+    def _apply(self, event: EventType, seen: _Seen, *, notify: bool = True) -> None:
+        ns = self._namespaces.get(seen.namespace)
         if ns is None:
             return
-        old = ns.kept.get(uid)
-        version = _version(meta)
-        if old is not None and version and version < old.version:
+        old = ns.kept.get(seen.uid)
+        if old is not None and seen.version and seen.version < old.version:
             return  # older than what we hold
-        woken = self.wanted_by(namespace, name, labels)
+        if old is not None and seen.version == old.version and event != "DELETED":
+            return  # what we hold (a relist lists everything again): nobody to wake
+        woken = self.wanted_by(seen.namespace, seen.name, seen.labels)
         if old is not None:
-            woken |= self.wanted_by(namespace, old.name, old.labels)
+            woken |= self.wanted_by(seen.namespace, old.name, old.labels)
         if event == "DELETED":
             if self._listing:
-                self._deleted.add(uid)
-            ns.kept.pop(uid, None)
-        elif self.wanted_by(namespace, name, labels):
-            ns.kept[uid] = _Kept(self.fact(body), name, dict(labels), version)
+                self._deleted.add(seen.uid)
+            ns.kept.pop(seen.uid, None)
+        elif self.wanted_by(seen.namespace, seen.name, seen.labels):
+            fact = self.fact(seen.body)
+            ns.kept[seen.uid] = _Kept(fact, seen.name, dict(seen.labels), seen.version)
         else:
-            ns.kept.pop(uid, None)
+            ns.kept.pop(seen.uid, None)
         if notify:
             for key in woken:
                 self.notify(key)
@@ -302,60 +330,54 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         if not self._tasks:
             exact = self.scope and not any(ch in ns for ns in self.scope for ch in "*?[!")
             scopes: Sequence[str | None] = list(self.scope) if exact else [None]
-            synced = [asyncio.Event() for _ in scopes]
+            self._watches = [self._follow(scope) for scope in scopes]
             self._tasks = [
-                asyncio.create_task(self._watch(scope, done), name=f"watch {self.what}")
-                for scope, done in zip(scopes, synced, strict=True)
+                asyncio.create_task(watch.run(), name=f"watch {self.what}")
+                for watch in self._watches
             ]
-            await asyncio.gather(*(done.wait() for done in synced))
+            await asyncio.gather(*(watch.synced.wait() for watch in self._watches))
             self._synced.set()
         await self._synced.wait()
+
+    @property
+    def relists(self) -> int:
+        """Full lists after the first ones: each followed a 410 Gone."""
+        return sum(watch.relists for watch in self._watches)
 
     def _in_scope(self, namespace: str) -> bool:
         return not self.scope or any(fnmatch.fnmatch(namespace, p) for p in self.scope)
 
-    async def _watch(self, namespace: str | None, synced: asyncio.Event) -> None:
-        delay = RETRY_MIN
-        where = ALL_NS if namespace is None else namespace  # None would mean "the default one"
-        while True:
-            client = self.client
-            try:
-                listing = client.list(self.resource, namespace=where, chunk_size=PAGE)
-                listed = set()
-                async for item in listing:
-                    body = as_dict(item)
-                    if self._in_scope(body["metadata"].get("namespace", "")):
-                        listed.add(body["metadata"]["uid"])
-                        self._apply("ADDED", body)
-                self._drop_unlisted(namespace, listed)
-                synced.set()
-                delay = RETRY_MIN
-                watch = client.watch(
-                    self.resource,
-                    namespace=where,
-                    resource_version=listing.resourceVersion,
-                    server_timeout=WATCH_TIMEOUT,
-                )
-                async for event, obj in bounded(watch):
-                    self._apply(event, as_dict(obj))
-            except asyncio.CancelledError:
-                raise
-            except Exception as error:  # 410 Gone, connection loss, API errors: list again
-                gone = isinstance(error, ApiError) and error.status.code == 410
-                (logger.info if gone else logger.warning)(
-                    "watch of %s ended (%s); listing again", self.what, error
-                )
-                self.relists += 1
-                reason = (
-                    "expired" if gone else "silent" if isinstance(error, WatchSilent) else "error"
-                )
-                telemetry.WATCH_RESTARTS.labels(self.plural, reason).inc()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX)
+    def _follow(self, namespace: str | None) -> ListWatch[_Seen]:
+        """The watch of one namespace of the scope (None: of every namespace, filtered here)."""
+
+        async def replace(items: AsyncIterator[_Seen]) -> None:
+            listed = set()
+            async for seen in items:
+                if self._in_scope(seen.namespace):
+                    listed.add(seen.uid)
+                    self._apply("ADDED", seen)
+            self._drop_unlisted(namespace, listed)
+
+        async def changed(event: EventType, seen: _Seen) -> None:
+            self._apply(event, seen)
+
+        def restarted(reason: str) -> None:
+            telemetry.WATCH_RESTARTS.labels(self.plural, reason).inc()
+
+        return ListWatch(
+            self.client,
+            self.resource,
+            ALL_NS if namespace is None else namespace,  # None would mean "the default one"
+            decode=_Seen.decode,
+            on_list=replace,
+            on_event=changed,
+            on_restart=restarted,
+        )
 
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        self._watches = []
         self._synced = asyncio.Event()

@@ -1,15 +1,17 @@
-"""Keeps a `PlacementDirector` current from the API server through the shared list-then-watch
-loop (`apportion.listwatch`) over the namespace's placement-table ConfigMaps; a relist after an
-error also drops tables deleted while the watch was down."""
+"""Keeps a `PlacementDirector` current from the API server through the list-then-watch primitive
+(`apportion.listwatch.ListWatch`) over the namespace's placement-table ConfigMaps; a list (the
+first, or one after 410 Gone) replaces the director's tables: those deleted while nobody watched
+are dropped."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from lightkube import AsyncClient
+from lightkube.resources.core_v1 import ConfigMap
 
 from apportion.api.placement_table import (
     GRAIN_TYPE_ANNOTATION,
@@ -17,7 +19,7 @@ from apportion.api.placement_table import (
     PlacementTableFormatError,
     from_configmap,
 )
-from apportion.listwatch import ConfigMapListWatch
+from apportion.listwatch import EventType, ListWatch, Selection
 
 if TYPE_CHECKING:  # the director starts its watch: a runtime import would be a cycle
     from apportion.grains._director import PlacementDirector
@@ -50,13 +52,14 @@ class TableWatch:
         self.director = director
         self.namespace = namespace
         self.client = client
-        self._loop = ConfigMapListWatch(
+        self._loop = ListWatch(
             client,
+            ConfigMap,
             namespace,
+            decode=dict,
             on_list=self._on_list,
             on_event=self._on_event,
-            labels=_SELECTOR,
-            what="placement tables",
+            selection=Selection(labels=_SELECTOR),
         )
         self.synced = self._loop.synced
         self._changed = asyncio.Event()
@@ -99,11 +102,11 @@ class TableWatch:
 
         return await asyncio.wait_for(table_version(), timeout)
 
-    async def _on_list(self, configmaps: Sequence[dict[str, Any]]) -> None:
-        present = {_apply(self.director, raw) for raw in configmaps}
+    async def _on_list(self, configmaps: AsyncIterator[dict[str, Any]]) -> None:
+        present = {_apply(self.director, raw) async for raw in configmaps}
         self.director.retain({owner for owner in present if owner is not None})
 
-    async def _on_event(self, event: str, raw: dict[str, Any]) -> None:
+    async def _on_event(self, event: EventType, raw: dict[str, Any]) -> None:
         if event == "DELETED":
             owner = _owner(raw)
             if owner is not None:

@@ -1,7 +1,7 @@
 """Follows one set's assignment ConfigMap through the API server (docs/assignment-format.md).
 
-The shared list-then-watch loop (`apportion.listwatch`), narrowed to the root ConfigMap by name;
-chunk ConfigMaps of big tables are fetched when the root points at them (the operator writes
+The list-then-watch primitive (`apportion.listwatch.ListWatch`), narrowed to the root ConfigMap by
+name; chunk ConfigMaps of big tables are fetched when the root points at them (the operator writes
 them before the root). A table that does not decode is reported and skipped: the last good one
 stays in force.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from lightkube import ApiError, AsyncClient
@@ -53,14 +53,15 @@ class AssignmentWatch:
         self.namespace = namespace
         self.name = name
         self.on_table = on_table
-        self._loop = listwatch.ConfigMapListWatch(
+        self._loop = listwatch.ListWatch(
             client,
+            ConfigMap,
             namespace,
+            decode=dict,
             on_list=self._on_list,
             on_event=self._on_event,
-            fields={"metadata.name": name},
-            watch_timeout=watch_timeout,
-            what=f"ConfigMap {name}",
+            selection=listwatch.Selection(fields={"metadata.name": name}),
+            timing=listwatch.Timing(watch_timeout=watch_timeout),
         )
         self.synced = self._loop.synced
         self.version: str | None = None
@@ -68,22 +69,22 @@ class AssignmentWatch:
 
     @property
     def relists(self) -> int:
-        """Lists after the first one: each follows a watch that ended in an error."""
+        """Lists after the first one: each follows a 410 Gone."""
         return self._loop.relists
 
     async def run(self) -> None:
         await self._loop.run()
 
-    async def _on_list(self, roots: Sequence[dict[str, Any]]) -> None:
-        for root in roots:
+    async def _on_list(self, roots: AsyncIterator[dict[str, Any]]) -> None:
+        async for root in roots:
             await self._handle(root)
 
-    async def _on_event(self, event: str, root: dict[str, Any]) -> None:
+    async def _on_event(self, event: listwatch.EventType, root: dict[str, Any]) -> None:
         if event == "DELETED":
             # Garbage collection after the set's deletion, or a mistake: either way the last
             # table stands (nobody else is granted its units).
             logger.warning("assignment ConfigMap %s was deleted", self.name)
-        elif event in ("ADDED", "MODIFIED"):
+        else:
             await self._handle(root)
 
     async def confirm(self) -> bool:

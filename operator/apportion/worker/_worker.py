@@ -617,7 +617,10 @@ class Worker:
                 logger.debug("confirming the assignment failed: %r", error)
                 confirmed = False
             if confirmed:
+                first = self._lease.confirmed_at is None
                 self._lease.confirm(sent)
+                if first:  # serving starts: `my_units()` changes, waiters look again
+                    await self._notify()
             await self._lease_changed()
             deadline = self._lease.expires_at()
             wake = sent + interval
