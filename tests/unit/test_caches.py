@@ -58,6 +58,11 @@ def names(cache: SelectedCache[WorkerPod]) -> set[str]:
     return {pod.name for pod in cache.get("ns", ())}
 
 
+def read_by(cache: SelectedCache[WorkerPod], key: str) -> set[str]:
+    """What set `key` reads: its own view, not the namespace's."""
+    return {pod.name for pod in cache.selected("ns", key)}
+
+
 def label_lists(server: FakeApiServer) -> list[dict[str, str]]:
     """The selectors of the LISTs after the cache's first (every pod of every namespace)."""
     lists = server.requested("list")
@@ -87,9 +92,22 @@ async def test_only_selected_pods_are_kept_and_only_their_sets_woken(server) -> 
     assert names(cache) == {"w-0", "w-1", "w-2", "w-3"}
     assert woken == ["A"]  # the unrelated pod woke nobody
 
+    assert read_by(cache, "A") == {"w-0", "w-1", "w-2", "w-3"}
+    assert read_by(cache, "B") == set()
+
     put(api, "w-1", {"app": "x"})  # moves from A's selection to B's: both wake
     await eventually(lambda: len(woken) == 3)
     assert sorted(woken[1:]) == ["A", "B"]
+    assert read_by(cache, "A") == {"w-0", "w-2", "w-3"}
+    assert read_by(cache, "B") == {"w-1"}
+    await cache.want("B", Want("ns", (selector(app="w"),)))  # a new want sees what is kept
+    assert read_by(cache, "B") == {"w-0", "w-2", "w-3"}
+    api.delete("pods", "ns", "w-2")
+    await eventually(lambda: "w-2" not in names(cache))
+    assert read_by(cache, "A") == read_by(cache, "B") == {"w-0", "w-3"}
+    cache.forget("B", "ns")
+    assert read_by(cache, "B") == set()
+    assert read_by(cache, "A") == {"w-0", "w-3"}
     await cache.stop()
 
 
@@ -103,6 +121,7 @@ async def test_owners_stay_visible_after_their_labels_stop_matching(server) -> N
     put(api, "w-1", {"app": "retired"})
     await eventually(lambda: len(woken) == 2)
     assert names(cache) == {"w-0"}  # w-1 owned nothing: dropped
+    assert read_by(cache, "A") == {"w-0"}
     assert woken == ["A", "A"]
     await cache.want("A", Want("ns", (selector(app="w"),)))  # w-0 handed its units off
     assert names(cache) == set()

@@ -41,9 +41,9 @@ def test_an_owner_out_of_the_selection_but_running_departs() -> None:
     # A new pod of an owner's name, not selected (yet): it owns nothing, the old one is gone.
     replaced = WorkerPod("w-1", "uid-new")
     bystander = WorkerPod("other", "uid-other")
-    everyone = [members[0], replaced, relabelled, bystander]
-    assert departed_owners(table, everyone, [members[0]]) == [relabelled]
-    assert departed_owners(table, everyone, everyone) == []
+    visible = [members[0], replaced, relabelled, bystander]
+    assert departed_owners(table, visible, [members[0]]) == [relabelled]
+    assert departed_owners(table, visible, visible) == []
 
 
 def test_a_pass_with_nothing_new_is_skipped_until_its_wake_up() -> None:

@@ -112,8 +112,8 @@ def test_selection_and_terminated_pods() -> None:
     facts = [WorkerPod.from_body(pod_body(f"w-{i}")) for i in range(3)]
     facts.append(WorkerPod.from_body(pod_body("x", metadata__labels={"app": "x"})))
     facts.append(WorkerPod.from_body(pod_body("done", status__phase="Succeeded")))
-    assert [p.name for p in pods_of({"ns": facts}, "ns")] == ["w-0", "w-1", "w-2", "x"]
-    assert pods_of({}, "ns") == []
+    assert [p.name for p in pods_of(facts)] == ["w-0", "w-1", "w-2", "x"]
+    assert pods_of([]) == []
     app_w = LabelSelector.model_validate({"matchLabels": {"app": "w"}})
     not_w1 = LabelSelector.model_validate(
         {
@@ -264,5 +264,4 @@ def test_one_fact_per_pod_name() -> None:
     old = WorkerPod("w-1", "old-uid", created="2026-01-01T00:00:00Z")
     new = WorkerPod("w-1", "new-uid", created="2026-01-01T00:09:00Z")
     other = WorkerPod("w-0", "uid-0", created="2026-01-01T00:00:00Z")
-    index = {"ns": [old, new, other]}
-    assert {p.uid for p in pods_of(index, "ns")} == {"new-uid", "uid-0"}
+    assert {p.uid for p in pods_of([old, new, other])} == {"new-uid", "uid-0"}

@@ -136,6 +136,9 @@ class _NamespaceSelection(Generic[F]):
     wants: dict[str, Want] = field(default_factory=dict)  # set key → want
     by_label: dict[tuple[str, str] | None, set[str]] = field(default_factory=dict)
     by_name: dict[str, set[str]] = field(default_factory=dict)
+    chosen: dict[str, set[str]] = field(default_factory=dict)
+    """set key → uids of the kept objects its want matches: what one set reads costs what it
+    selects, never a look at every object of the namespace."""
 
 
 class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
@@ -186,6 +189,13 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
 
     def __len__(self) -> int:
         return len(self._namespaces)
+
+    def selected(self, namespace: str, key: str) -> list[F]:
+        """The facts set `key` wants in `namespace`: its selection and the objects it names."""
+        ns = self._namespaces.get(namespace)
+        if ns is None:
+            return []
+        return [ns.kept[uid].fact for uid in ns.chosen.get(key, ())]
 
     def kept(self) -> int:
         """How many objects are kept, in every namespace."""
@@ -243,12 +253,27 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
             for name in old.names:
                 ns.by_name.get(name, set()).discard(key)
             del ns.wants[key]
+            ns.chosen.pop(key, None)
         if new is not None:
             for bucket in new.buckets():
                 ns.by_label.setdefault(bucket, set()).add(key)
             for name in new.names:
                 ns.by_name.setdefault(name, set()).add(key)
             ns.wants[key] = new
+            ns.chosen[key] = {
+                uid for uid, kept in ns.kept.items() if new.matches(kept.name, kept.labels)
+            }
+
+    @staticmethod
+    def _choose(ns: _NamespaceSelection[F], uid: str, keys: Collection[str]) -> None:
+        """Object `uid` changed (or went): file it again for the sets that may want it."""
+        kept = ns.kept.get(uid)
+        for key in keys:
+            want = ns.wants.get(key)
+            if kept is not None and want is not None and want.matches(kept.name, kept.labels):
+                ns.chosen.setdefault(key, set()).add(uid)
+            else:
+                ns.chosen.get(key, set()).discard(uid)
 
     def _prune(self, ns: _NamespaceSelection[F], old: Want) -> None:
         """Drop what only `old` wanted."""
@@ -309,6 +334,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
             ns.kept[seen.uid] = _Kept(fact, seen.name, dict(seen.labels), seen.version)
         else:
             ns.kept.pop(seen.uid, None)
+        self._choose(ns, seen.uid, woken)
         if notify:
             for key in woken:
                 self.notify(key)
@@ -320,7 +346,9 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
                 continue
             for uid in [uid for uid in ns.kept if uid not in listed]:
                 gone = ns.kept.pop(uid)
-                for key in self.wanted_by(name, gone.name, gone.labels):
+                woken = self.wanted_by(name, gone.name, gone.labels)
+                self._choose(ns, uid, woken)
+                for key in woken:
                     self.notify(key)
 
     # ------------------------------------------------------------------------------ running

@@ -7,7 +7,7 @@ so it never plans with a partial view of its pods (which would look like dead ow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from lightkube import AsyncClient
 
@@ -23,11 +23,11 @@ def pod_cache(
     return SelectedCache("pods", "Pod", "", WorkerPod.from_body, client, notify, scope)
 
 
-def pods_of(index: Mapping[str, Iterable[WorkerPod]], namespace: str) -> list[WorkerPod]:
-    """Every pod of `namespace` that exists and has not terminated, one per name (the newest
+def pods_of(pods: Iterable[WorkerPod]) -> list[WorkerPod]:
+    """The pods of `pods` that exist and have not terminated, one per name (the newest
     incarnation)."""
     newest: dict[str, WorkerPod] = {}
-    for pod in index.get(namespace, ()):
+    for pod in pods:
         if pod.terminal:
             continue
         other = newest.get(pod.name)

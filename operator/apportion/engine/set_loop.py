@@ -1,12 +1,13 @@
 """What the set loop decides around a pass (`apportion.controllers.unitsets.loop.SetLoop`): from
-what it gathered (the published table, the pods of the namespace, the rollout, load figures),
+what it gathered (the published table, the pods it reads, the rollout, load figures),
 whether anything is new since the last pass, the pass itself (`apportion.engine.set_pass`, or
 the published table standing while members cannot be known or a fence holds), and when to look
 again although nothing changes. Pure: the loop reads the caches and the workers and writes what
 comes back; the state between passes is `apportion.engine.set_state.SetState`.
 
 A pass that finds nothing new costs what gathering costs: one view per selected pod, one look at
-each pod of the namespace for owners that left the selection, and a tuple comparison.
+each pod the set reads for owners that left the selection, and a tuple comparison — nothing in
+proportion to the other pods of the namespace, which a thousand sets may share.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from apportion.engine.set_state import SetState
 class Gathered:
     """What the set loop read for one pass.
 
-    `members`: the selected pods; `everyone`: every pod of the namespace the caches hold (owners
-    of published units among them stay visible after they leave the selection). `problem`: why
+    `members`: the selected pods; `visible`: the pods the set reads, its selection and the
+    owners of its published units, which stay visible after they leave the selection (never
+    the rest of the namespace: a pass costs what its own pods cost). `problem`: why
     members cannot be known (the workload is missing), or None. `desired_members`: the
     workload's replicas, when the spec names a workload.
     """
@@ -38,7 +40,7 @@ class Gathered:
     published: AssignmentTable
     generation: int
     members: Sequence[WorkerPod]
-    everyone: Sequence[WorkerPod]
+    visible: Sequence[WorkerPod]
     now: float
     rollout: Rollout = field(default_factory=Rollout)
     problem: Problem | None = None
@@ -68,7 +70,7 @@ class Prepared:
 
 
 def departed_owners(
-    published: AssignmentTable, everyone: Sequence[WorkerPod], members: Sequence[WorkerPod]
+    published: AssignmentTable, visible: Sequence[WorkerPod], members: Sequence[WorkerPod]
 ) -> list[WorkerPod]:
     """Owners of published units that are no longer selected but still run (the same pod: the
     uid the table knows): they may still serve their units, so they hand them off like draining
@@ -78,7 +80,7 @@ def departed_owners(
     selected = {pod.uid for pod in members}
     return [
         pod
-        for pod in everyone
+        for pod in visible
         if pod.name in owners and uids.get(pod.name) == pod.uid and pod.uid not in selected
     ]
 
@@ -95,7 +97,7 @@ def prepare(
     views = tuple(sorted((pod.for_set(ack) for pod in g.members), key=lambda v: v.name))
     departed = tuple(
         sorted(
-            (pod.for_set(ack) for pod in departed_owners(g.published, g.everyone, g.members)),
+            (pod.for_set(ack) for pod in departed_owners(g.published, g.visible, g.members)),
             key=lambda v: v.name,
         )
     )

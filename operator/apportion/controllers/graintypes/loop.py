@@ -24,7 +24,7 @@ from apportion.api.graintype import GrainType
 from apportion.api.placement_table import PlacementTableFormatError
 from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
-from apportion.controllers.pods import pods_of, select
+from apportion.controllers.pods import pods_of
 from apportion.controllers.runtime import Runtime
 from apportion.controllers.wakeups import set_key
 from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
@@ -135,7 +135,8 @@ class GrainTypeLoop:
             self.gate = await self.resume()
         gate = self.gate
         await self.runtime.pods.want(self.key, Want(self.namespace, (spec.selector,)))
-        selected = select(pods_of(self.runtime.pods, self.namespace), spec.selector)
+        # The want is the selector alone: what the cache keeps for this key is the selection.
+        selected = pods_of(self.runtime.pods.selected(self.namespace, self.key))
         members = [pod for pod in selected if is_compatible(pod)]
         report = await self.runtime.metrics.member_stats(
             self.namespace,

@@ -199,15 +199,15 @@ class SetLoop:
         assert self.published is not None
 
         await self.watch(spec)
-        everyone = pods_of(self.runtime.pods, self.namespace)
-        members, rollout, problem = self.members(spec, everyone)
+        visible = pods_of(self.runtime.pods.selected(self.namespace, self.key))
+        members, rollout, problem = self.members(spec, visible)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         gathered = Gathered(
             spec=spec,
             published=self.published,
             generation=self.generation,
             members=members,
-            everyone=everyone,
+            visible=visible,
             now=now,
             rollout=rollout,
             problem=problem,
@@ -242,7 +242,7 @@ class SetLoop:
             return now  # pass again at once: the new table is an input too
         extra = [metrics_problem] if metrics_problem else []
         await self.report(result, views, now, source, extra, loads)
-        self.update_costs(everyone)
+        self.update_costs(visible)
         self.fingerprint = prepared.fingerprint
         self.wake_at = next_wake(gathered, prepared, result, self.state)
         return self.wake_at
@@ -288,11 +288,11 @@ class SetLoop:
         await self.runtime.pods.want(self.key, Want(self.namespace, tuple(selectors), owners))
 
     def members(
-        self, spec: UnitSetSpec, everyone: Sequence[WorkerPod]
+        self, spec: UnitSetSpec, visible: Sequence[WorkerPod]
     ) -> tuple[list[WorkerPod], Rollout, Problem | None]:
         """The selected pods, the rollout and, when members cannot be known, why."""
         if spec.workload_ref is None:
-            members = select(everyone, spec.selector)
+            members = select(visible, spec.selector)
             return members, rollout_of(None, members), None
         ref = spec.workload_ref
         workload = find_workload(self.runtime.workloads, self.namespace, ref.kind, ref.name)
@@ -304,7 +304,7 @@ class SetLoop:
                 f"{ref.kind.value} {ref.name} {what}; the last published assignment is kept",
             )
             return [], Rollout(), problem
-        members = select(everyone, spec.selector, selector)
+        members = select(visible, spec.selector, selector)
         self.desired_members = workload.replicas
         return members, rollout_of(workload, members), None
 
@@ -493,13 +493,13 @@ class SetLoop:
             else {m: math.fsum(loads.get(u, 0.0) for u in units) for m, units in held.items()},
         )
 
-    def update_costs(self, everyone: Sequence[WorkerPod]) -> None:
+    def update_costs(self, visible: Sequence[WorkerPod]) -> None:
         assert self.published is not None
         uids = self.published.member_uids
         holdings = {
             uids[member]: len(units) for member, units in self.published.by_member().items()
         }
-        pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in everyone}
+        pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in visible}
         self.runtime.costs.update(self.namespace, self.set_key, holdings, pods)
 
     def release_pods(self) -> None:
