@@ -443,9 +443,15 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
         done = 0
         for obj in client.list(pset, namespace=ns):
             status = obj.get("status") or {}
-            done += status.get("members") == len(alive.get(obj.metadata.name, [])) and any(
-                c["type"] == "Balanced" and c["status"] == "True"
-                for c in status.get("conditions", [])
+            members = len(alive.get(obj.metadata.name, []))
+            # A set whose every pod the simulator gave up on (settle_pods) has nothing to
+            # balance: it is done once its status says how many members it has.
+            done += status.get("members") == members and (
+                members == 0
+                or any(
+                    c["type"] == "Balanced" and c["status"] == "True"
+                    for c in status.get("conditions", [])
+                )
             )
         return done == count
 
@@ -457,7 +463,8 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
         time.sleep(20)
         idle = 100 * (operator.cpu_seconds() - before) / 20
         samples = []
-        for name in random.Random(sets + noise).sample(sorted(alive), min(rounds, len(alive))):
+        candidates = sorted(name for name, pods in alive.items() if len(pods) > 1)
+        for name in random.Random(sets + noise).sample(candidates, min(rounds, len(candidates))):
             victim = alive[name].pop()
             time.sleep(0.3)
             started = time.time()

@@ -18,7 +18,7 @@ from apportion.api.assignment import Incarnation
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.controllers import telemetry
-from apportion.controllers.runtime import OwnTables
+from apportion.controllers.own_tables import OwnTables
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.handoff import make_ack
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass

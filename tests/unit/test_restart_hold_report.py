@@ -15,7 +15,7 @@ from apportion.api import PartitionSet
 from apportion.api.assignment import AssignmentTable
 from apportion.api.pods import WorkerPod
 from apportion.controllers import telemetry
-from apportion.controllers.runtime import OwnTables
+from apportion.controllers.own_tables import OwnTables
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.set_loop import Gathered, prepare, run
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass

@@ -22,10 +22,9 @@ HANDLER_MODULES = (
 
 class _QuietWakeups(logging.Filter):
     """kopf logs every handler's success at INFO; for our event handlers that only wake the
-    loops (`wake`, `assignment_changed`) that is a line per event. Keep those lines out of the
-    operator's log."""
+    loops (`wake`) that is a line per event. Keep those lines out of the operator's log."""
 
-    HANDLERS = ("'wake'", "'assignment_changed'")
+    HANDLERS = ("'wake'",)
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.msg if isinstance(record.msg, str) else ""

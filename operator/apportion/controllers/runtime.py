@@ -37,14 +37,14 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 import kopf
 from lightkube import AsyncClient
 
 from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
-from apportion.controllers import telemetry
+from apportion.controllers import own_tables, telemetry
 from apportion.controllers.caches import SelectedCache
 from apportion.controllers.load_collector import MetricsCollector
 from apportion.controllers.pods import pod_cache
@@ -97,29 +97,6 @@ class PassLimiter:
             await asyncio.sleep(wait)
 
 
-TABLE_REREAD: Final = "reread"
-
-
-@dataclass
-class OwnTables:
-    """What the watch on the sets' own ConfigMaps saw, until each set's loop takes it: a table
-    deleted, edited or replaced by anyone wakes its set, which reads it back and repairs it."""
-
-    roots: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels
-    and owner reference the operator wrote, its name is what identifies it."""
-    versions: dict[str, str | None] = field(default_factory=dict)
-    """set key → resourceVersion of its root ConfigMap as last seen (None: deleted,
-    TABLE_REREAD: a chunk was deleted)."""
-
-    def changed(self, key: str, version: str | None) -> bool:
-        """Whether the set's ConfigMaps changed since its loop read or wrote `version` (its own
-        writes come back through the watch with the version it already holds)."""
-        if key not in self.versions:
-            return False
-        return self.versions.pop(key) != version
-
-
 @dataclass
 class Runtime:
     """What every controller of one operator process shares."""
@@ -132,7 +109,9 @@ class Runtime:
     costs: DeletionCosts
     metrics: MetricsCollector
     limiter: PassLimiter
-    tables: OwnTables
+    tables: own_tables.OwnTables
+    scope: tuple[str, ...] = ()
+    """The namespaces the operator serves (patterns allowed; none for every one)."""
     objects: dict[str, tuple[ReconcilerFactory, dict[str, Any]]] = field(default_factory=dict)
     """Object key → (how to build its reconciler, the object as the watch last delivered it)."""
     loops: dict[str, tuple[asyncio.Task[None], asyncio.Event]] = field(default_factory=dict)
@@ -152,7 +131,8 @@ class Runtime:
             costs=DeletionCosts(client),
             metrics=MetricsCollector(client),
             limiter=PassLimiter(),
-            tables=OwnTables(),
+            tables=own_tables.OwnTables(wakeups.notify),
+            scope=tuple(scope),
         )
 
     def caches(self) -> tuple[SelectedCache[Any], ...]:
@@ -207,6 +187,9 @@ class Runtime:
         conditional and the next leader reads everything back."""
         self.leading = True
         telemetry.LEADER.set(1)
+        tables = asyncio.ensure_future(
+            own_tables.run(own_tables.follow(self.tables, self.client, self.scope))
+        )
         try:
             for key in list(self.objects):
                 if key not in self.loops:
@@ -215,6 +198,8 @@ class Runtime:
         finally:
             self.leading = False
             telemetry.LEADER.set(0)
+            tables.cancel()
+            await asyncio.gather(tables, return_exceptions=True)
             await self.stop_loops()
 
     async def stop_loops(self, grace: float = 10.0) -> None:
