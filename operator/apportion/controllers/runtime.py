@@ -46,7 +46,7 @@ from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
 from apportion.controllers import telemetry
 from apportion.controllers.caches import SelectedCache
-from apportion.controllers.load_collector import MetricsCollector
+from apportion.controllers.load_collector import LoadCollector
 from apportion.controllers.pods import pod_cache
 from apportion.controllers.wakeups import Wakeups, set_key
 from apportion.controllers.workloads import WorkloadCaches, workload_caches
@@ -130,7 +130,7 @@ class Runtime:
     workloads: WorkloadCaches
     events: EventRecorder
     costs: DeletionCosts
-    metrics: MetricsCollector
+    loads: LoadCollector
     limiter: PassLimiter
     tables: OwnTables
     objects: dict[str, tuple[ReconcilerFactory, dict[str, Any]]] = field(default_factory=dict)
@@ -150,7 +150,7 @@ class Runtime:
             workloads=workload_caches(client, wakeups.notify, scope),
             events=EventRecorder(client),
             costs=DeletionCosts(client),
-            metrics=MetricsCollector(client),
+            loads=LoadCollector(client),
             limiter=PassLimiter(),
             tables=OwnTables(),
         )
@@ -234,7 +234,7 @@ class Runtime:
             await cache.stop()
         await self.events.flush()
         await self.events.close()
-        await self.metrics.close()
+        await self.loads.close()
         await self.costs.close()
         await self.client.close()
 

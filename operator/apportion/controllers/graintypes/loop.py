@@ -138,7 +138,7 @@ class GrainTypeLoop:
         # The want is the selector alone: what the cache keeps for this key is the selection.
         selected = pods_of(self.runtime.pods.selected(self.namespace, self.key))
         members = [pod for pod in selected if is_compatible(pod)]
-        report = await self.runtime.metrics.member_stats(
+        report = await self.runtime.loads.member_stats(
             self.namespace,
             members,
             spec.metrics,

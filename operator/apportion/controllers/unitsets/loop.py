@@ -255,7 +255,7 @@ class SetLoop:
         if spec.metrics.scrape is None or not members:
             self.state.no_loads_wanted()
             return None, MetricsSource.COUNTS, None
-        report = await self.runtime.metrics.unit_loads(
+        report = await self.runtime.loads.unit_loads(
             self.namespace, self.set_ref.name, members, spec.metrics
         )
         grace = loads_grace(spec.metrics.scrape)
@@ -505,4 +505,4 @@ class SetLoop:
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
         self.runtime.costs.forget_set(self.namespace, self.set_key)
-        self.runtime.metrics.forget(self.namespace, self.set_ref.name)
+        self.runtime.loads.forget(self.namespace, self.set_ref.name)
