@@ -26,7 +26,7 @@ from apportion.api.common import MetricsSpec
 from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import WorkerMetrics
+from apportion.api.worker_report import WorkerReport
 from apportion.controllers.load_collector import LoadCollector
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port
@@ -197,7 +197,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
     for directory in pages.values():
         directory.mkdir()
     (pages["m-0"] / "metrics").write_text(
-        WorkerMetrics(
+        WorkerReport(
             unit_loads={"orders": {"0": 2.0, "1": 1.0}, "billing": {"7": 3.0}},
             activations={"Cart": 5, "User": 1},
             cpu_percent=10.0,
@@ -206,7 +206,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
         ).render()
     )
     (pages["m-1"] / "metrics").write_text(
-        WorkerMetrics(unit_loads={"orders": {"2": 4.0}}, activations={"Cart": 7}).render()
+        WorkerReport(unit_loads={"orders": {"2": 4.0}}, activations={"Cart": 7}).render()
     )
     silent = simulated_pod("m-2")  # declares the port, but nothing listens there
     silent["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
@@ -248,7 +248,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
 
         # Unit 0 gets hot; three consumers ask four times a second while it is smoothed in.
         (pages["m-0"] / "metrics").write_text(
-            WorkerMetrics(unit_loads={"orders": {"0": 10.0, "1": 1.0}}).render()
+            WorkerReport(unit_loads={"orders": {"0": 10.0, "1": 1.0}}).render()
         )
         before = scrapes(dev_cluster, namespace, "m-0")
         seen: list[float] = []

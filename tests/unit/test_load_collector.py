@@ -16,7 +16,7 @@ from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import WorkerMetrics
+from apportion.api.worker_report import WorkerReport
 from apportion.controllers.load_collector import LoadCollector, scrape_url
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
@@ -126,7 +126,7 @@ def spec(half_life: str = "10s", **scrape: object) -> MetricsSpec:
 
 
 def page(loads: dict[str, float], **kwargs: object) -> str:
-    return WorkerMetrics(unit_loads={"orders": loads}, **kwargs).render()  # type: ignore[arg-type]
+    return WorkerReport(unit_loads={"orders": loads}, **kwargs).render()  # type: ignore[arg-type]
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -173,7 +173,7 @@ async def test_pods_shared_by_several_resources_are_scraped_once(
     workers: Callable, collector: LoadCollector
 ) -> None:
     w = await workers()
-    w.page = WorkerMetrics(
+    w.page = WorkerReport(
         unit_loads={"orders": {"0": 1.0}, "billing": {"3": 2.0}}, activations={"Cart": 4}
     ).render()
     pods = [w.pod("w-0")]
@@ -276,7 +276,7 @@ async def test_pods_without_units_of_the_set_are_fine_but_a_set_nobody_reports_i
 ) -> None:
     owner, newcomer = await workers(), await workers()
     owner.page = page({"0": 1.0})
-    newcomer.page = WorkerMetrics(cpu_percent=5.0).render()
+    newcomer.page = WorkerReport(cpu_percent=5.0).render()
     pods = [owner.pod("w-0"), newcomer.pod("w-1")]
     report = await collector.unit_loads("ns", "orders", pods, spec())
     assert report.unit_loads == {"0": 1.0}
@@ -293,7 +293,7 @@ async def test_member_stats_from_what_workers_report(
     workers: Callable, collector: LoadCollector, clock: Clock
 ) -> None:
     w = await workers()
-    w.page = WorkerMetrics(
+    w.page = WorkerReport(
         activations={"Cart": 30, "User": 12, "Other": 1},
         cpu_percent=40.0,
         cpu_count=4,

@@ -55,7 +55,7 @@ from apportion.api.resource_metrics import (
     pod_usage,
 )
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import ExpositionError, WorkerMetrics
+from apportion.api.worker_report import ExpositionError, WorkerReport
 from apportion.engine.smoothing import ResourceSmoother, UnitLoadSmoother
 
 PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
@@ -88,7 +88,7 @@ class _Target:
         "attempted",
         "error",
         "finished",
-        "metrics",
+        "report",
         "sample",
         "succeeded",
         "task",
@@ -98,7 +98,7 @@ class _Target:
 
     def __init__(self, url: str, now: float) -> None:
         self.url = url
-        self.metrics: WorkerMetrics | None = None
+        self.report: WorkerReport | None = None
         self.sample = 0
         self.error: str | None = None
         self.finished = False
@@ -141,7 +141,7 @@ class _PodSmoothers:
 class _Readings:
     """What one call found for its pods."""
 
-    workers: dict[str, tuple[WorkerMetrics, int]] = field(default_factory=dict)
+    workers: dict[str, tuple[WorkerReport, int]] = field(default_factory=dict)
     usages: dict[str, ResourceUsage] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
     pod_metrics_note: str | None = None
@@ -301,8 +301,8 @@ class LoadCollector:
                 + spec.scrape.timeout.total_seconds()
             )
             for name, target in targets.items():
-                if target.metrics is not None and now - target.succeeded <= stale_after:
-                    readings.workers[name] = (target.metrics, target.sample)
+                if target.report is not None and now - target.succeeded <= stale_after:
+                    readings.workers[name] = (target.report, target.sample)
                 else:
                     readings.problems[name] = target.error or "not scraped yet"
         if spec.pod_metrics:
@@ -361,7 +361,7 @@ class LoadCollector:
                             raise _ScrapeError(
                                 f"metrics page larger than {self._max_page_bytes} bytes"
                             )
-            metrics = WorkerMetrics.parse(page.decode("utf-8", errors="replace"))
+            report = WorkerReport.parse(page.decode("utf-8", errors="replace"))
         except TimeoutError:
             target.error = f"no answer from {target.url} within {timeout:g}s"
         except aiohttp.ClientError as error:
@@ -371,7 +371,7 @@ class LoadCollector:
         except _ScrapeError as error:
             target.error = str(error)
         else:
-            target.metrics = metrics
+            target.report = report
             target.sample += 1
             target.succeeded = self._clock()
             target.error = None
@@ -559,7 +559,7 @@ def _combine(
     pod: WorkerPod,
     smoothers: _PodSmoothers,
     usage: ResourceUsage | None,
-    worker: WorkerMetrics | None,
+    worker: WorkerReport | None,
     grain_types: Collection[str] | None,
 ) -> tuple[TableStats | None, bool]:
     """One pod's TableStats from its smoothed figures; PodMetrics (measured by the platform)
