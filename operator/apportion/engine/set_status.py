@@ -221,7 +221,7 @@ def _balanced(f: _Facts) -> Verdict:
         return False, "Rebalancing", f"{f.total} unit(s) of the new count not placed yet"
     if pending and result.hold_reason:
         return False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}"
-    if pending or (plan is not None and not plan.metrics.converged):
+    if pending or (plan is not None and not plan.quality.converged):
         return False, "Rebalancing", f"{pending} move(s) planned"
     if unsettled:
         # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
