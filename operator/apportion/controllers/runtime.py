@@ -48,7 +48,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import SelectedCache
 from apportion.controllers.load_collector import LoadCollector
 from apportion.controllers.pods import pod_cache
-from apportion.controllers.wakeups import Wakeups, set_key
+from apportion.controllers.wakeups import Wakeups, loop_key
 from apportion.controllers.workloads import WorkloadCaches, workload_caches
 from apportion.publishing.client import operator_client
 from apportion.publishing.configmaps import PublishConflict
@@ -106,10 +106,10 @@ class OwnTables:
     deleted, edited or replaced by anyone wakes its set, which reads it back and repairs it."""
 
     roots: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels
+    """(namespace, root ConfigMap name) → loop key: a table put back by hand may lack the labels
     and owner reference the operator wrote, its name is what identifies it."""
     versions: dict[str, str | None] = field(default_factory=dict)
-    """set key → resourceVersion of its root ConfigMap as last seen (None: deleted,
+    """loop key → resourceVersion of its root ConfigMap as last seen (None: deleted,
     TABLE_REREAD: a chunk was deleted)."""
 
     def changed(self, key: str, version: str | None) -> bool:
@@ -243,7 +243,7 @@ class Reconciler(Protocol):
     """One object's controller, as `run_loop` drives it."""
 
     key: str
-    """The object's wake-up key (`wakeups.set_key`)."""
+    """The object's wake-up key (`wakeups.loop_key`)."""
     labels: tuple[str, str, str]
     """kind, namespace, name: the labels of its series in the operator's metrics."""
     outcome: str
@@ -342,7 +342,7 @@ def watch(kind: type[Resource], factory: ReconcilerFactory) -> None:
     async def changed(*, event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
         runtime: Runtime = memo.runtime
         meta = body["metadata"]
-        key = set_key(kind.__name__, meta["namespace"], meta["name"])
+        key = loop_key(kind.__name__, meta["namespace"], meta["name"])
         if event.get("type") == "DELETED":
             runtime.deleted(key)
         else:

@@ -26,7 +26,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.pods import pods_of
 from apportion.controllers.runtime import Runtime
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
 from apportion.engine.grains.gate import PublishGate
 from apportion.engine.grains.status import (
@@ -63,7 +63,7 @@ class GrainTypeLoop:
         self.clock = clock
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
-        self.key = set_key("GrainType", self.namespace, self.name)
+        self.key = loop_key("GrainType", self.namespace, self.name)
         self.ref = ResourceRef("GrainType", self.namespace, self.name, meta["uid"])
         self.store = PlacementTableStore(runtime.client, self.namespace, self.name)
         self.gate: PublishGate | None = None

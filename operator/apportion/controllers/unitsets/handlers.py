@@ -14,7 +14,7 @@ from apportion.api import PartitionSet, ShardSet
 from apportion.api.resource import Resource
 from apportion.controllers.runtime import TABLE_REREAD, ReconcilerFactory, Runtime, watch
 from apportion.controllers.unitsets.loop import SetLoop
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.publishing.configmaps import PART_LABEL, SET_KIND_LABEL
 
 
@@ -44,7 +44,7 @@ async def assignment_changed(event: kopf.RawEvent, body: kopf.Body, memo: Any, *
         owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), None)
         if not deleted or owner is None:
             return  # chunks are written before their root, which announces them
-        key = set_key(owner["kind"], namespace, owner["name"])
+        key = loop_key(owner["kind"], namespace, owner["name"])
         version = TABLE_REREAD
     else:
         found = tables.roots.get((namespace, meta.get("name", "")))

@@ -34,7 +34,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.pods import pods_of, select
 from apportion.controllers.runtime import Runtime
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
 from apportion.engine.kstatus import blocked_conditions
@@ -80,7 +80,7 @@ class SetLoop:
         self.last_body = body
         self.logger = logger
         self.namespace: str = meta["namespace"]
-        self.key = set_key(kind.__name__, self.namespace, meta["name"])
+        self.key = loop_key(kind.__name__, self.namespace, meta["name"])
         self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
         self.store = AssignmentStore(runtime.client, self.set_ref, self.config_map)
@@ -107,7 +107,9 @@ class SetLoop:
         return self.last_body
 
     @property
-    def set_key(self) -> str:
+    def holder_key(self) -> str:
+        """The set among its namespace's sets (`Kind/name`), as the pods' deletion costs count
+        its holdings; `key` is its loop's key."""
         return f"{self.set_ref.kind}/{self.set_ref.name}"
 
     async def write_status(self, status: Mapping[str, Any]) -> None:
@@ -500,9 +502,9 @@ class SetLoop:
             uids[member]: len(units) for member, units in self.published.by_member().items()
         }
         pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in visible}
-        self.runtime.costs.update(self.namespace, self.set_key, holdings, pods)
+        self.runtime.costs.update(self.namespace, self.holder_key, holdings, pods)
 
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
-        self.runtime.costs.forget_set(self.namespace, self.set_key)
+        self.runtime.costs.forget_set(self.namespace, self.holder_key)
         self.runtime.loads.forget(self.namespace, self.set_ref.name)
