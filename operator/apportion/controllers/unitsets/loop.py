@@ -92,7 +92,7 @@ class SetLoop:
         self.state = SetState.from_status(body.get("status") or {})
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
-        self.awaiting_metrics: str | None = None
+        self.awaiting_loads: str | None = None
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.desired_members: int | None = None
         self.created = seconds(meta.get("creationTimestamp"))  # the start of startup.timeout
@@ -253,7 +253,7 @@ class SetLoop:
         self, spec: UnitSetSpec, members: Sequence[WorkerPod], now: float
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
-        self.awaiting_metrics = None
+        self.awaiting_loads = None
         if spec.metrics.scrape is None or not members:
             self.state.no_loads_wanted()
             return None, MetricsSource.COUNTS, None
@@ -264,7 +264,7 @@ class SetLoop:
         loads, fault = self.state.loads(report.unit_loads, now, grace)
         if loads is None and not fault:
             since = self.state.loads_missing_since or now
-            self.awaiting_metrics = (
+            self.awaiting_loads = (
                 f"counting units until the members report their load (at most {grace:.0f}s, "
                 f"{max(0.0, since + grace - now):.0f}s left)"
             )
@@ -423,7 +423,7 @@ class SetLoop:
                 metrics_source=source,
                 loads=loads,
                 extra_problems=problems,
-                awaiting_metrics=self.awaiting_metrics,
+                awaiting_loads=self.awaiting_loads,
             )
         )
         current = {p.reason: p for p in [*result.problems, *problems]}
