@@ -127,7 +127,7 @@ def load_profile(plan: Plan, loads: Mapping[str, float]) -> tuple[float, float, 
     member_loads = {m: math.fsum(loads[u] for u in us) for m, us in plan.assignment.items()}
     mean = math.fsum(member_loads.values()) / len(member_loads)
     floor = max(max(loads.values()) / mean, 1.0)
-    hot = plan.metrics.hot_unit
+    hot = plan.quality.hot_unit
     hot_members = set()
     if hot is not None:
         # Members whose largest unit alone exceeds what the others carry on average.

@@ -37,7 +37,7 @@ from apportion.api.placement_table import (
     configmap_name,
     from_configmap,
 )
-from apportion.api.worker_metrics import parse
+from apportion.api.worker_report import parse
 from apportion_dev.devcluster.net import free_port
 
 API = "apportion.dev/v1alpha1"

@@ -26,8 +26,8 @@ from apportion.api.common import MetricsSpec
 from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import WorkerMetrics
-from apportion.controllers.load_collector import MetricsCollector
+from apportion.api.worker_report import WorkerReport
+from apportion.controllers.load_collector import LoadCollector
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port
 
@@ -109,7 +109,7 @@ async def test_pod_metrics_are_read_through_the_api_and_smoothed(
     publish_pod_metrics(
         kubectl, namespace, "w-1", containers={"app": ("100m", "64Mi"), "sidecar": ("5m", "1Mi")}
     )
-    collector = MetricsCollector(client, resource_interval=0.2)
+    collector = LoadCollector(client, resource_interval=0.2)
     try:
         report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
         assert report.source is MetricsSource.POD_METRICS
@@ -157,7 +157,7 @@ async def test_the_collector_notices_metrics_k8s_io_going_and_coming(
     apply(kubectl, namespace, simulated_pod("w-0", LIMITED))
     pods = await ready_pods(client, namespace, "w-0")
     remove_pod_metrics_api(dev_cluster, wait_for)
-    collector = MetricsCollector(client, resource_interval=0.2, discovery_interval=1.0)
+    collector = LoadCollector(client, resource_interval=0.2, discovery_interval=1.0)
     try:
         report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
         assert report.source is MetricsSource.COUNTS
@@ -197,7 +197,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
     for directory in pages.values():
         directory.mkdir()
     (pages["m-0"] / "metrics").write_text(
-        WorkerMetrics(
+        WorkerReport(
             unit_loads={"orders": {"0": 2.0, "1": 1.0}, "billing": {"7": 3.0}},
             activations={"Cart": 5, "User": 1},
             cpu_percent=10.0,
@@ -206,7 +206,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
         ).render()
     )
     (pages["m-1"] / "metrics").write_text(
-        WorkerMetrics(unit_loads={"orders": {"2": 4.0}}, activations={"Cart": 7}).render()
+        WorkerReport(unit_loads={"orders": {"2": 4.0}}, activations={"Cart": 7}).render()
     )
     silent = simulated_pod("m-2")  # declares the port, but nothing listens there
     silent["spec"]["containers"][0]["ports"] = [{"name": "metrics", "containerPort": port}]
@@ -225,7 +225,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
             "smoothing": {"halfLife": "2s"},
         }
     )
-    collector = MetricsCollector(client)
+    collector = LoadCollector(client)
     try:
         orders = await collector.unit_loads(namespace, "orders", pods, spec)
         assert orders.unit_loads == {"0": 2.0, "1": 1.0, "2": 4.0}
@@ -248,7 +248,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
 
         # Unit 0 gets hot; three consumers ask four times a second while it is smoothed in.
         (pages["m-0"] / "metrics").write_text(
-            WorkerMetrics(unit_loads={"orders": {"0": 10.0, "1": 1.0}}).render()
+            WorkerReport(unit_loads={"orders": {"0": 10.0, "1": 1.0}}).render()
         )
         before = scrapes(dev_cluster, namespace, "m-0")
         seen: list[float] = []
@@ -302,7 +302,7 @@ async def test_a_forbidden_pod_metrics_list_is_explained(
         }
     )
     unprivileged = AsyncClient(config=config)
-    collector = MetricsCollector(unprivileged)
+    collector = LoadCollector(unprivileged)
     try:
         report = await collector.member_stats(namespace, pods, POD_METRICS_ONLY)
     finally:

@@ -28,7 +28,7 @@ from apportion.api.assignment import (
     assignment_config_map,
     encode_assignment,
 )
-from apportion.api.worker_metrics import WorkerMetrics
+from apportion.api.worker_report import WorkerReport
 
 KIND, SET = "PartitionSet", "demo"
 ACK_KEY = ack_annotation_key(KIND, SET)
@@ -221,7 +221,7 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     assert headers["Apportion-Owner"] == "w-1"
     status, headers, page = http(f"{url}/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
-    metrics = WorkerMetrics.parse(page)
+    metrics = WorkerReport.parse(page)
     assert metrics.unit_loads == {"demo": {"0": 5.0, "1": 1.5}}  # owned units only
     assert metrics.cpu_count and metrics.cpu_count >= 1 and metrics.memory_usage_bytes
     assert worker.ack() is None  # nothing to acknowledge yet: no write on the Pod

@@ -44,18 +44,18 @@ UNITS = [f"u{j}" for j in range(10_000)]
 def test_scale_out_100_to_101_moves_exactly_the_lower_bound() -> None:
     old = fleet(100)
     plan = Balanced().plan(AllocationRequest(None, [*old, Member("new")], even(old, UNITS)))
-    assert plan.metrics.moves == plan.metrics.lower_bound == 99
+    assert plan.quality.moves == plan.quality.lower_bound == 99
     assert max(sizes(plan)) - min(sizes(plan)) <= 1
-    assert plan.metrics.max_mean_after == pytest.approx(100 / (10_000 / 101))
+    assert plan.quality.max_mean_after == pytest.approx(100 / (10_000 / 101))
     assert {m.target for m in plan.moves} == {"new"}
-    assert plan.metrics.rounds == 1 and plan.metrics.converged
+    assert plan.quality.rounds == 1 and plan.quality.converged
 
 
 def test_scale_in_moves_only_the_leaving_members_units() -> None:
     old = fleet(100)
     assignment = even(old, UNITS)
     plan = Balanced().plan(AllocationRequest(None, old[:-1], assignment))
-    assert plan.metrics.moves == plan.metrics.lower_bound == 100
+    assert plan.quality.moves == plan.quality.lower_bound == 100
     assert {m.source for m in plan.moves} == {old[-1].name}
     assert max(sizes(plan)) - min(sizes(plan)) <= 1
 
@@ -64,7 +64,7 @@ def test_balanced_input_moves_nothing() -> None:
     members = fleet(7)
     plan = Balanced().plan(AllocationRequest(None, members, even(members, UNITS[:100])))
     assert plan.moves == ()
-    assert plan.metrics.rounds == 0
+    assert plan.quality.rounds == 0
 
 
 def test_initial_allocation_spreads_new_units() -> None:
@@ -78,20 +78,20 @@ def test_move_budget_takes_from_the_fullest_first() -> None:
     old = fleet(4)
     assignment = {"m000": UNITS[:10], "m001": UNITS[10:16], "m002": UNITS[16:20], "m003": []}
     plan = Balanced(BalancedParameters(max_moves=3)).plan(AllocationRequest(None, old, assignment))
-    assert plan.metrics.moves == 3
+    assert plan.quality.moves == 3
     assert [m.source for m in plan.moves] == ["m000", "m000", "m000"]
     assert {m.target for m in plan.moves} == {"m003"}
-    assert not plan.metrics.converged and plan.metrics.rounds is None
-    assert "budget" in plan.metrics.reasons[0]
+    assert not plan.quality.converged and plan.quality.rounds is None
+    assert "budget" in plan.quality.reasons[0]
     # Units of a leaving member move regardless of the budget.
     forced = Balanced(BalancedParameters(max_moves=0)).plan(
         AllocationRequest(None, old[:3], assignment)
     )
-    assert forced.metrics.moves == 0
+    assert forced.quality.moves == 0
     gone = Balanced(BalancedParameters(max_moves=0)).plan(
         AllocationRequest(None, old[1:], assignment)
     )
-    assert gone.metrics.moves == 10
+    assert gone.quality.moves == 10
 
 
 def test_capacity_proportional_counts() -> None:
@@ -124,14 +124,14 @@ def test_ineligible_members_are_emptied(member: Member, reason: str) -> None:
     plan = Balanced().plan(AllocationRequest(None, [*members[:2], member], assignment))
     assert plan.assignment["m002"] == (), reason
     assert sizes(plan) == [15, 15, 0]
-    assert plan.metrics.moves == plan.metrics.lower_bound == 10
+    assert plan.quality.moves == plan.quality.lower_bound == 10
 
 
 def test_only_draining_members_left_still_own_units() -> None:
     members = [Member("a", draining=True), Member("b", draining=True)]
     plan = Balanced().plan(AllocationRequest(UNITS[:4], members, {}))
     assert sizes(plan) == [2, 2]
-    assert "draining" in plan.metrics.reasons[0]
+    assert "draining" in plan.quality.reasons[0]
 
 
 def test_no_members_leaves_units_unassigned() -> None:
@@ -156,7 +156,7 @@ def test_units_list_adds_new_units_and_drops_removed_ones() -> None:
         AllocationRequest(["a", "b", "x"], members, {"m000": ["a", "b"], "m001": ["c"]})
     )
     assert sorted(u for units in plan.assignment.values() for u in units) == ["a", "b", "x"]
-    assert "dropped" in plan.metrics.reasons[0]
+    assert "dropped" in plan.quality.reasons[0]
 
 
 def test_max_skew_over_zones() -> None:
@@ -201,7 +201,7 @@ def member_loads(plan: Plan, loads: Mapping[str, float]) -> list[float]:
 def test_loads_reach_the_aim_or_the_hot_unit_floor() -> None:
     members, assignment, loads = zipf_fleet(20, 2000, seed=3)
     plan = Balanced().plan(AllocationRequest(None, members, assignment, loads))
-    m = plan.metrics
+    m = plan.quality
     assert m.load_max_mean_after is not None and m.load_max_mean_before is not None
     assert m.load_max_mean_after < m.load_max_mean_before
     hot = m.hot_unit
@@ -226,7 +226,7 @@ def test_loads_within_tolerance_do_not_move() -> None:
     loads = {u: float(x) for u, x in zip(UNITS[:400], rng.uniform(0.9, 1.1, 400), strict=True)}
     plan = Balanced().plan(AllocationRequest(None, members, assignment, loads))
     assert plan.moves == ()
-    assert "tolerance" in plan.metrics.reasons[-1]
+    assert "tolerance" in plan.quality.reasons[-1]
 
 
 def test_pure_noise_moves_few_units() -> None:
@@ -238,7 +238,7 @@ def test_pure_noise_moves_few_units() -> None:
     for _ in range(10):
         noisy = {u: float(x) for u, x in zip(units, np.exp(rng.normal(0, 0.5, 5000)), strict=True)}
         plan = Balanced().plan(AllocationRequest(None, members, assignment, noisy))
-        moved += plan.metrics.moves
+        moved += plan.quality.moves
         assignment = plan.assignment
     assert moved / 10 / len(units) <= 0.005
 
@@ -258,9 +258,9 @@ def test_churn_budget_limits_optional_moves() -> None:
     plan = Balanced(BalancedParameters(max_moves=2)).plan(
         AllocationRequest(None, members, assignment, loads)
     )
-    assert plan.metrics.moves <= 2
-    assert not plan.metrics.converged
-    assert any("budget" in r for r in plan.metrics.reasons)
+    assert plan.quality.moves <= 2
+    assert not plan.quality.converged
+    assert any("budget" in r for r in plan.quality.reasons)
 
 
 def test_moved_load_budget() -> None:
@@ -268,10 +268,10 @@ def test_moved_load_budget() -> None:
     plan = Balanced(BalancedParameters(max_moved_load_percent=1.0)).plan(
         AllocationRequest(None, members, assignment, loads)
     )
-    assert plan.metrics.moved_load is not None
+    assert plan.quality.moved_load is not None
     # the budget, or the round's first move where that alone exceeds it
     first = max((loads[m.unit] for m in plan.moves), default=0.0)
-    assert plan.metrics.moved_load <= max(sum(loads.values()) / 100, first) + 1e-9
+    assert plan.quality.moved_load <= max(sum(loads.values()) / 100, first) + 1e-9
 
 
 def test_units_heavier_than_the_load_budget_still_spread_round_by_round() -> None:

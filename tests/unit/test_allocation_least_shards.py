@@ -78,7 +78,7 @@ def test_rebalance_2_0_0() -> None:
 def test_not_rebalance_1_1_0() -> None:
     plan = round_of(UNLIMITED, create_allocations(1, 1))
     assert plan.moves == ()
-    assert plan.metrics.converged
+    assert plan.quality.converged
 
 
 def test_rebalance_3_0_0() -> None:
@@ -103,11 +103,11 @@ def test_rebalance_5_5_0_in_two_rounds() -> None:
     first = round_of(UNLIMITED, create_allocations(5, 5))
     assert moved(first) == {"001", "006"}
     assert counts(first) == [4, 4, 2]
-    assert not first.metrics.converged
+    assert not first.quality.converged
     second = round_of(UNLIMITED, dict(first.assignment))
     assert moved(second) == {"002"}
     assert counts(second) == [3, 4, 3]
-    assert second.metrics.converged
+    assert second.quality.converged
 
 
 def test_rebalance_50_50_0_in_two_rounds() -> None:
@@ -137,7 +137,7 @@ def test_respect_relative_limit() -> None:
 def test_not_rebalance_when_in_progress() -> None:
     plan = round_of(UNLIMITED, create_allocations(10), in_progress=frozenset({"002", "003"}))
     assert plan.moves == ()
-    assert "in progress" in plan.metrics.reasons[0]
+    assert "in progress" in plan.quality.reasons[0]
 
 
 def test_prefer_least_shards_latest_version_and_not_leaving() -> None:
@@ -176,7 +176,7 @@ def test_not_rebalance_when_regions_are_unreachable() -> None:
     regions = [Member("A"), Member("B", ready=False), Member("C")]
     plan = round_of(UNLIMITED, create_allocations(5, 5), regions)
     assert plan.moves == ()
-    assert "'B' is not ready" in plan.metrics.reasons[0]
+    assert "'B' is not ready" in plan.quality.reasons[0]
 
 
 def test_prefer_to_rebalance_from_more_unbalanced_regions() -> None:
@@ -241,11 +241,11 @@ def test_scale_out_needs_many_rounds() -> None:
     regions = [Member(n) for n in names]
     rounds = 0
     plan = None
-    while plan is None or not plan.metrics.converged:
+    while plan is None or not plan.quality.converged:
         plan = LeastShards().plan(AllocationRequest(None, regions, assignment))
         assignment = dict(plan.assignment)
         rounds += 1
-        assert plan.metrics.moves <= 20
+        assert plan.quality.moves <= 20
     assert rounds > 1
     assert max(map(len, assignment.values())) - min(map(len, assignment.values())) <= 2
 

@@ -58,7 +58,7 @@ def against_optimum(spec: dict, seed: int) -> tuple[int, int, int]:
     index = {u: j for j, u in enumerate(names)}
     reached = [sum(loads[index[u]] for u in units) for units in plan.assignment.values()]
     best = fewest_moves(loads, owner, n, min(reached), max(reached))
-    return plan.metrics.moves, plan.metrics.lower_bound, best
+    return plan.quality.moves, plan.quality.lower_bound, best
 
 
 def test_balanced_moves_within_5_percent_of_the_optimum() -> None:

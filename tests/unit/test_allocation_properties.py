@@ -153,7 +153,7 @@ def check_invariants(request: AllocationRequest, plan: Plan) -> None:
     for move in plan.moves:
         if move.unit in request.in_progress:
             assert move.source not in names, "a unit in hand-off moved"
-    assert plan.metrics.moves == len(plan.moves)
+    assert plan.quality.moves == len(plan.moves)
 
 
 def optional_moves(request: AllocationRequest, plan: Plan) -> int:
@@ -194,7 +194,7 @@ def test_balanced_counts_reach_the_floor_with_the_fewest_moves(request: Allocati
     plan = make_strategy({"name": "Balanced"}).plan(request)
     check_invariants(request, plan)
     fewest, allowed = fewest_moves_to_fair_counts(request)
-    assert plan.metrics.moves == fewest
+    assert plan.quality.moves == fewest
     for name, counts in allowed.items():
         assert len(plan.assignment[name]) in counts
 
@@ -204,9 +204,9 @@ def test_balanced_counts_reach_the_floor_with_the_fewest_moves(request: Allocati
 def test_balanced_loads_never_raise_the_maximum(request: AllocationRequest) -> None:
     plan = make_strategy({"name": "Balanced"}).plan(request)
     check_invariants(request, plan)
-    assert plan.metrics.load_max_mean_before is not None
-    assert plan.metrics.load_max_mean_after is not None
-    assert plan.metrics.load_max_mean_after <= plan.metrics.load_max_mean_before + 1e-9
+    assert plan.quality.load_max_mean_before is not None
+    assert plan.quality.load_max_mean_after is not None
+    assert plan.quality.load_max_mean_after <= plan.quality.load_max_mean_before + 1e-9
 
 
 @settings(max_examples=100, deadline=None)

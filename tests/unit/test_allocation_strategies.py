@@ -67,8 +67,8 @@ def test_rebalance_limit_defers_the_rest() -> None:
         AllocationRequest(None, [*members, Member("m10")], dict(first.assignment))
     )
     assert len(second.moves) == 5
-    assert not second.metrics.converged
-    assert "wait for a later plan" in second.metrics.reasons[0]
+    assert not second.quality.converged
+    assert "wait for a later plan" in second.quality.reasons[0]
 
 
 def test_no_ring_rebalance_while_versions_are_mixed() -> None:
@@ -77,7 +77,7 @@ def test_no_ring_rebalance_while_versions_are_mixed() -> None:
     rolling = [*members, Member("new", version="2")]
     second = ConsistentHashing().plan(AllocationRequest(None, rolling, dict(first.assignment)))
     assert second.moves == ()
-    assert "versions are mixed" in second.metrics.reasons[0]
+    assert "versions are mixed" in second.quality.reasons[0]
 
 
 def test_more_virtual_nodes_spread_better() -> None:
@@ -87,7 +87,7 @@ def test_more_virtual_nodes_spread_better() -> None:
         plan = ConsistentHashing(ConsistentHashingParameters(virtual_nodes=vnodes)).plan(
             AllocationRequest(UNITS, members, {})
         )
-        spread[vnodes] = plan.metrics.max_mean_after
+        spread[vnodes] = plan.quality.max_mean_after
     assert spread[100] < spread[10]
 
 
@@ -119,7 +119,7 @@ def test_pin_to_absent_member_is_ignored_and_reported() -> None:
     strategy = External({"a": "nobody"}, Balanced())
     plan = strategy.plan(AllocationRequest(["a", "b"], members, {}))
     assert sorted(len(u) for u in plan.assignment.values()) == [1, 1]
-    assert "ignored" in plan.metrics.reasons[0]
+    assert "ignored" in plan.quality.reasons[0]
 
 
 def test_external_from_options() -> None:

@@ -84,12 +84,12 @@ async def test_every_seen_pod_ends_up_carrying_the_sum_its_sets_assign(
             seen_last.pop(item[1], None)
             costs.forget_set(NS, item[1])
         else:
-            set_key, holds, others = item
+            holder_key, holds, others = item
             live = {p for p in {*holds, *others} if p in cluster.annotations}
             holds = {p: n for p, n in holds.items() if p in live}
-            costs.update(NS, set_key, holds, {p: (p, cluster.annotations[p]) for p in live})
-            reported[set_key] = {p: n for p, n in holds.items() if n}
-            seen_last[set_key] = live
+            costs.update(NS, holder_key, holds, {p: (p, cluster.annotations[p]) for p in live})
+            reported[holder_key] = {p: n for p, n in holds.items() if n}
+            seen_last[holder_key] = live
         await flushed(costs)
     # Pods some set saw in its last report: their annotation is the sum every set assigns.
     checked = set().union(*seen_last.values()) & cluster.annotations.keys()

@@ -322,7 +322,7 @@ def test_concurrent_placements_and_table_updates() -> None:
 
 
 def test_samples_render_as_the_metrics_contract() -> None:
-    from apportion.api.worker_metrics import WorkerMetrics, parse, render
+    from apportion.api.worker_report import WorkerReport, parse, render
     from apportion.grains._director import METRIC_HELP
 
     d = director(table(strategy={"name": "PreferLocal"}, version=3))
@@ -331,7 +331,7 @@ def test_samples_render_as_the_metrics_contract() -> None:
         d.place("carts", f"g/{i}")
     d.deactivated("carts", "g/0")
     text = render(d.samples(), helps=METRIC_HELP)
-    assert WorkerMetrics.parse(text).activations == {"carts": 2}
+    assert WorkerReport.parse(text).activations == {"carts": 2}
     by_name = {(s.name, tuple(sorted(s.labels.items()))): s.value for s in parse(text)}
     assert by_name["apportion_grain_placements", (("grain_type", "carts"), ("member", "w-0"))] == 3
     assert by_name["apportion_grain_activations_started", (("grain_type", "carts"),)] == 3

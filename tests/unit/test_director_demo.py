@@ -13,7 +13,7 @@ import aiohttp
 from aiohttp import web
 from test_director import members, table
 
-from apportion.api.worker_metrics import WorkerMetrics, parse, render
+from apportion.api.worker_report import WorkerReport, parse, render
 from apportion.grains import PlacementDirector
 from apportion_dev.grains.grain_app import DEMO_METRIC_HELP, DriveSpec, GrainDemo
 
@@ -104,7 +104,7 @@ async def test_drive_over_http_and_metrics() -> None:
         assert sum(placed.values()) == 30
         assert {p["member"]: p["count"] for p in state["placements"]} == placed
         total = sum(
-            WorkerMetrics.parse(render(d.samples())).activations.get("carts", 0) for d in demos
+            WorkerReport.parse(render(d.samples())).activations.get("carts", 0) for d in demos
         )
         assert total == 30
 

@@ -17,7 +17,7 @@ from apportion.api.assignment import (
 from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import (
     Reason,
-    WorkerPlan,
+    WorkerSteps,
     invert_assignment,
     is_owner,
     make_ack,
@@ -97,7 +97,7 @@ def test_move_first_marks_the_unit_releasing(
     assert releasing_units(releasing, A) == {"1"} and owned_units(releasing, A) == {"0"}
     assert not is_owner(releasing, B, "1") and not is_owner(releasing, A, "1")
     plan = plan_worker(releasing, A, {"0": 1, "1": 1})
-    assert plan == WorkerPlan(acquire=frozenset(), release=frozenset({"1"}), stop=frozenset())
+    assert plan == WorkerSteps(acquire=frozenset(), release=frozenset({"1"}), stop=frozenset())
     decision = step(two_on_a, {"0": "a", "1": "b"}, {}, live(A, B, C), 100.0, TIMEOUT)
     assert reasons(decision) == [(Reason.HANDOFF_STARTED, "a", "b", ("1",))]
     assert decision.waiting == ("1",) and decision.wake_at == 100.0 + TIMEOUT
@@ -116,7 +116,7 @@ def test_ack_hands_the_unit_over_under_a_new_epoch(releasing: AssignmentTable) -
     assert reasons(decision) == [(Reason.HANDOFF_COMPLETED, "a", "b", ("1",))]
     assert decision.events[0].type == "Normal"
     assert plan_worker(table, B, {}).acquire == {"1"}
-    assert plan_worker(table, A, {"0": 1}) == WorkerPlan(frozenset(), frozenset(), frozenset())
+    assert plan_worker(table, A, {"0": 1}) == WorkerSteps(frozenset(), frozenset(), frozenset())
 
 
 def test_ack_older_than_the_release_does_not_count(releasing: AssignmentTable) -> None:
@@ -241,7 +241,7 @@ def test_target_back_to_the_owner_cancels_and_keeps_its_token(
     assert table is not None and table.units["1"] == UnitState("a", 1)
     assert reasons(decision) == [(Reason.HANDOFF_CANCELLED, "a", "b", ("1",))]
     # a, still finishing it, keeps serving; a that had already stopped acquires it again
-    assert plan_worker(table, A, {"0": 1, "1": 1}) == WorkerPlan(
+    assert plan_worker(table, A, {"0": 1, "1": 1}) == WorkerSteps(
         frozenset(), frozenset(), frozenset()
     )
     assert plan_worker(table, A, {"0": 1}).acquire == {"1"}

@@ -159,7 +159,7 @@ def phases(kind: str) -> dict[str, dict[str, Any] | None]:
         "placing": status_of(empty, first, four),
         "rebalancing": status_of(scale_out.new_table, scale_out, five),
         "awaiting-metrics": status_of(
-            placed, run(kind, spec, placed, four), four, awaiting_metrics="counting units"
+            placed, run(kind, spec, placed, four), four, awaiting_loads="counting units"
         ),
         "settled": status_of(placed, run(kind, spec, placed, four), four),
         "no-members": status_of(placed, run(kind, spec, placed, []), []),

@@ -16,8 +16,8 @@ from apportion.api.placement_table import TableStats
 from apportion.api.pods import WorkerPod
 from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import WorkerMetrics
-from apportion.controllers.load_collector import MetricsCollector, scrape_url
+from apportion.api.worker_report import WorkerReport
+from apportion.controllers.load_collector import LoadCollector, scrape_url
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -90,13 +90,13 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-async def collector(clock: Clock) -> AsyncIterator[MetricsCollector]:
+async def collector(clock: Clock) -> AsyncIterator[LoadCollector]:
     async with collector_with(clock) as collector:
         yield collector
 
 
 @contextlib.asynccontextmanager
-async def collector_with(clock: Clock, **settings: object) -> AsyncIterator[MetricsCollector]:
+async def collector_with(clock: Clock, **settings: object) -> AsyncIterator[LoadCollector]:
     # PodMetrics are off in these specs: the client is never used.
     config = KubeConfig.from_dict(
         {
@@ -107,7 +107,7 @@ async def collector_with(clock: Clock, **settings: object) -> AsyncIterator[Metr
         }
     )
     client = AsyncClient(config=config)
-    collector = MetricsCollector(client, clock=clock, **settings)  # type: ignore[arg-type]
+    collector = LoadCollector(client, clock=clock, **settings)  # type: ignore[arg-type]
     try:
         yield collector
     finally:
@@ -126,7 +126,7 @@ def spec(half_life: str = "10s", **scrape: object) -> MetricsSpec:
 
 
 def page(loads: dict[str, float], **kwargs: object) -> str:
-    return WorkerMetrics(unit_loads={"orders": loads}, **kwargs).render()  # type: ignore[arg-type]
+    return WorkerReport(unit_loads={"orders": loads}, **kwargs).render()  # type: ignore[arg-type]
 
 
 async def until(condition: Callable[[], bool]) -> None:
@@ -135,14 +135,14 @@ async def until(condition: Callable[[], bool]) -> None:
             await asyncio.sleep(0.01)
 
 
-async def scraped(collector: MetricsCollector, *workers: Worker, requests: int) -> None:
+async def scraped(collector: LoadCollector, *workers: Worker, requests: int) -> None:
     """Until every worker has answered `requests` scrapes and the collector has read them."""
     await until(lambda: all(w.requests >= requests for w in workers))
     await until(lambda: all(t.task is None for t in collector._targets.values()))
 
 
 async def test_unit_loads_are_summed_over_pods_and_smoothed(
-    workers: Callable, collector: MetricsCollector, clock: Clock
+    workers: Callable, collector: LoadCollector, clock: Clock
 ) -> None:
     a, b = await workers(), await workers()
     a.page = page({"0": 2.0, "1": 1.0})
@@ -170,10 +170,10 @@ async def test_unit_loads_are_summed_over_pods_and_smoothed(
 
 
 async def test_pods_shared_by_several_resources_are_scraped_once(
-    workers: Callable, collector: MetricsCollector
+    workers: Callable, collector: LoadCollector
 ) -> None:
     w = await workers()
-    w.page = WorkerMetrics(
+    w.page = WorkerReport(
         unit_loads={"orders": {"0": 1.0}, "billing": {"3": 2.0}}, activations={"Cart": 4}
     ).render()
     pods = [w.pod("w-0")]
@@ -189,7 +189,7 @@ async def test_pods_shared_by_several_resources_are_scraped_once(
 
 
 async def test_a_hung_pod_holds_up_only_its_first_reading(
-    workers: Callable, collector: MetricsCollector, clock: Clock
+    workers: Callable, collector: LoadCollector, clock: Clock
 ) -> None:
     w = await workers()
     w.page = page({"0": 1.0})
@@ -207,7 +207,7 @@ async def test_a_hung_pod_holds_up_only_its_first_reading(
 
 
 async def test_figures_go_stale_after_three_intervals_plus_the_timeout(
-    workers: Callable, collector: MetricsCollector, clock: Clock
+    workers: Callable, collector: LoadCollector, clock: Clock
 ) -> None:
     w = await workers()
     w.page = page({"0": 1.0})
@@ -272,11 +272,11 @@ async def test_every_failure_is_named(workers: Callable, clock: Clock) -> None:
 
 
 async def test_pods_without_units_of_the_set_are_fine_but_a_set_nobody_reports_is_not(
-    workers: Callable, collector: MetricsCollector
+    workers: Callable, collector: LoadCollector
 ) -> None:
     owner, newcomer = await workers(), await workers()
     owner.page = page({"0": 1.0})
-    newcomer.page = WorkerMetrics(cpu_percent=5.0).render()
+    newcomer.page = WorkerReport(cpu_percent=5.0).render()
     pods = [owner.pod("w-0"), newcomer.pod("w-1")]
     report = await collector.unit_loads("ns", "orders", pods, spec())
     assert report.unit_loads == {"0": 1.0}
@@ -290,10 +290,10 @@ async def test_pods_without_units_of_the_set_are_fine_but_a_set_nobody_reports_i
 
 
 async def test_member_stats_from_what_workers_report(
-    workers: Callable, collector: MetricsCollector, clock: Clock
+    workers: Callable, collector: LoadCollector, clock: Clock
 ) -> None:
     w = await workers()
-    w.page = WorkerMetrics(
+    w.page = WorkerReport(
         activations={"Cart": 30, "User": 12, "Other": 1},
         cpu_percent=40.0,
         cpu_count=4,
@@ -323,7 +323,7 @@ async def test_member_stats_from_what_workers_report(
     assert everything.member_stats["limited"].activation_count == 43
 
 
-async def test_without_scrape_settings_nothing_is_read(collector: MetricsCollector) -> None:
+async def test_without_scrape_settings_nothing_is_read(collector: LoadCollector) -> None:
     report = await collector.unit_loads(
         "ns",
         "orders",

@@ -185,7 +185,7 @@ def test_max_moves_per_round_bounds_optional_moves(balanced4) -> None:
     spec = pset(rebalance={"interval": "1s", "maxMovesPerRound": 2})
     result = run(spec, balanced4, workers(5))
     assert len(result.new_table.releasing()) == 2
-    assert not result.plan.metrics.converged and result.next_round == 1001.0
+    assert not result.plan.quality.converged and result.next_round == 1001.0
     table, _ = settle(spec, balanced4, workers(5), now=1000.0)
     assert sorted(counts(table).values()) == [6, 6, 6, 7, 7]
 

@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod
 from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, serving, theirs
 
 from apportion.api.assignment import AssignmentTable
-from apportion.api.worker_metrics import WorkerMetrics
+from apportion.api.worker_report import WorkerReport
 from apportion.worker._lease import boot_clock
 from apportion.worker._worker import Hooks, Worker, WorkerOptions
 
@@ -105,7 +105,7 @@ FIRST = table(1, {"0": mine(1), "1": mine(1)})
 
 
 def serving_metric(worker: Worker) -> tuple[int, int]:
-    page = WorkerMetrics.parse(worker.metrics().render())
+    page = WorkerReport.parse(worker.metrics().render())
     return page.serving["orders"], page.lease_expiries["orders"]
 
 

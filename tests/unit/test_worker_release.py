@@ -21,7 +21,7 @@ from apportion.api.assignment import (
     assignment_config_map,
     encode_assignment,
 )
-from apportion.api.worker_metrics import RELEASE_FAILURES, WorkerMetrics
+from apportion.api.worker_report import RELEASE_FAILURES, WorkerReport
 from apportion.worker import _worker as worker_module
 from apportion.worker._worker import Hooks, Worker, WorkerOptions
 
@@ -166,7 +166,7 @@ async def started(api: FakeApi, callbacks: Callbacks) -> Worker:
 
 def counters(worker: Worker) -> tuple[int, int]:
     """What /metrics says: release failures so far, units failing now."""
-    page = WorkerMetrics.parse(worker.metrics().render())
+    page = WorkerReport.parse(worker.metrics().render())
     assert f"# TYPE {RELEASE_FAILURES} counter" in worker.metrics().render()
     return page.release_failures["orders"], page.releases_failing["orders"]
 

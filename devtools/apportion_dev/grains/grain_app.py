@@ -32,11 +32,11 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from apportion.api.worker_metrics import (
+from apportion.api.worker_report import (
     CONTENT_TYPE,
     GRAIN_TYPE_LABEL,
     Sample,
-    WorkerMetrics,
+    WorkerReport,
     render,
 )
 from apportion.engine.grains import PlacementError, StatelessWorkerAtCapacity
@@ -95,7 +95,7 @@ class GrainDemo:
         director: PlacementDirector,
         *,
         port: int,
-        process: Callable[[], WorkerMetrics] = WorkerMetrics,
+        process: Callable[[], WorkerReport] = WorkerReport,
         rng: random.Random | None = None,
     ) -> None:
         """`process` reads the worker's own CPU and memory figures for /metrics

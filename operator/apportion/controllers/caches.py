@@ -133,11 +133,11 @@ class _Seen:
 @dataclass
 class _NamespaceSelection(Generic[F]):
     kept: dict[str, _Kept[F]] = field(default_factory=dict)  # uid → fact
-    wants: dict[str, Want] = field(default_factory=dict)  # set key → want
+    wants: dict[str, Want] = field(default_factory=dict)  # loop key → want
     by_label: dict[tuple[str, str] | None, set[str]] = field(default_factory=dict)
     by_name: dict[str, set[str]] = field(default_factory=dict)
     chosen: dict[str, set[str]] = field(default_factory=dict)
-    """set key → uids of the kept objects its want matches: what one set reads costs what it
+    """loop key → uids of the kept objects its want matches: what one set reads costs what it
     selects, never a look at every object of the namespace."""
 
 

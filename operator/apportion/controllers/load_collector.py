@@ -2,11 +2,11 @@
 PodMetrics when that API is served, and what worker pods report on their Prometheus endpoint
 (per-unit load, activation counts, their own CPU and memory; see docs/metrics.md), smoothed.
 
-One `MetricsCollector` per operator, shared by the PartitionSet, ShardSet and GrainType
+One `LoadCollector` per operator, shared by the PartitionSet, ShardSet and GrainType
 controllers: a pod selected by several resources is scraped once per interval, a namespace's
 PodMetrics are listed once per `resource_interval`.
 
-    collector = MetricsCollector(client)             # a lightkube AsyncClient; close() at shutdown
+    collector = LoadCollector(client)             # a lightkube AsyncClient; close() at shutdown
     pods = [WorkerPod.from_body(pod) for pod in members]  # kopf bodies or plain dicts
 
     report = await collector.unit_loads(namespace, set_name, pods, spec.metrics)
@@ -55,7 +55,7 @@ from apportion.api.resource_metrics import (
     pod_usage,
 )
 from apportion.api.unitset import MetricsSource
-from apportion.api.worker_metrics import ExpositionError, WorkerMetrics
+from apportion.api.worker_report import ExpositionError, WorkerReport
 from apportion.engine.smoothing import ResourceSmoother, UnitLoadSmoother
 
 PodMetrics = create_namespaced_resource("metrics.k8s.io", "v1beta1", "PodMetrics", "pods")
@@ -88,7 +88,7 @@ class _Target:
         "attempted",
         "error",
         "finished",
-        "metrics",
+        "report",
         "sample",
         "succeeded",
         "task",
@@ -98,7 +98,7 @@ class _Target:
 
     def __init__(self, url: str, now: float) -> None:
         self.url = url
-        self.metrics: WorkerMetrics | None = None
+        self.report: WorkerReport | None = None
         self.sample = 0
         self.error: str | None = None
         self.finished = False
@@ -124,7 +124,7 @@ class _NamespacePodMetrics:
         self.used = now
 
 
-class _Member:
+class _PodSmoothers:
     """Kalman state of one pod, per source, and the samples already folded into it."""
 
     __slots__ = ("pod", "pod_sample", "used", "worker", "worker_sample")
@@ -141,14 +141,14 @@ class _Member:
 class _Readings:
     """What one call found for its pods."""
 
-    workers: dict[str, tuple[WorkerMetrics, int]] = field(default_factory=dict)
+    workers: dict[str, tuple[WorkerReport, int]] = field(default_factory=dict)
     usages: dict[str, ResourceUsage] = field(default_factory=dict)
     problems: dict[str, str] = field(default_factory=dict)
     pod_metrics_note: str | None = None
     """Why PodMetrics gave nothing at all (API not served, forbidden...), if so."""
 
 
-class MetricsCollector:
+class LoadCollector:
     """Reads, caches and smooths load figures for every controller of one operator."""
 
     def __init__(
@@ -177,7 +177,7 @@ class MetricsCollector:
         self._session: aiohttp.ClientSession | None = None
         self._targets: dict[tuple[str, str, str, str], _Target] = {}
         self._namespaces: dict[str, _NamespacePodMetrics] = {}
-        self._members: dict[tuple[str, str, str], _Member] = {}
+        self._smoothers: dict[tuple[str, str, str], _PodSmoothers] = {}
         self._sets: dict[tuple[str, str], tuple[UnitLoadSmoother, float]] = {}
         self._api_absent_since: float | None = None
         self._pruned = clock()
@@ -301,8 +301,8 @@ class MetricsCollector:
                 + spec.scrape.timeout.total_seconds()
             )
             for name, target in targets.items():
-                if target.metrics is not None and now - target.succeeded <= stale_after:
-                    readings.workers[name] = (target.metrics, target.sample)
+                if target.report is not None and now - target.succeeded <= stale_after:
+                    readings.workers[name] = (target.report, target.sample)
                 else:
                     readings.problems[name] = target.error or "not scraped yet"
         if spec.pod_metrics:
@@ -361,7 +361,7 @@ class MetricsCollector:
                             raise _ScrapeError(
                                 f"metrics page larger than {self._max_page_bytes} bytes"
                             )
-            metrics = WorkerMetrics.parse(page.decode("utf-8", errors="replace"))
+            report = WorkerReport.parse(page.decode("utf-8", errors="replace"))
         except TimeoutError:
             target.error = f"no answer from {target.url} within {timeout:g}s"
         except aiohttp.ClientError as error:
@@ -371,7 +371,7 @@ class MetricsCollector:
         except _ScrapeError as error:
             target.error = str(error)
         else:
-            target.metrics = metrics
+            target.report = report
             target.sample += 1
             target.succeeded = self._clock()
             target.error = None
@@ -465,22 +465,22 @@ class MetricsCollector:
         from_pod_metrics = 0
         for pod in pods:
             key = (namespace, pod.name, pod.uid)
-            member = self._members.get(key)
-            if member is None:
-                member = self._members[key] = _Member(now)
-            member.used = now
+            smoothers = self._smoothers.get(key)
+            if smoothers is None:
+                smoothers = self._smoothers[key] = _PodSmoothers(now)
+            smoothers.used = now
             usage = readings.usages.get(pod.name)
             worker, sample = readings.workers.get(pod.name, (None, 0))
             if usage is not None:
-                _fold_pod_metrics(member, pod.resources, usage)
-            if worker is not None and sample != member.worker_sample:
-                member.worker_sample = sample
-                member.worker.update(
+                _fold_pod_metrics(smoothers, pod.resources, usage)
+            if worker is not None and sample != smoothers.worker_sample:
+                smoothers.worker_sample = sample
+                smoothers.worker.update(
                     cpu_percent=worker.cpu_percent,
                     memory_bytes=worker.memory_usage_bytes,
                     available_bytes=worker.memory_available_bytes,
                 )
-            member_stats, used_pod_metrics = _combine(pod, member, usage, worker, grain_types)
+            member_stats, used_pod_metrics = _combine(pod, smoothers, usage, worker, grain_types)
             if member_stats is not None:
                 stats[pod.name] = member_stats
                 from_pod_metrics += used_pod_metrics
@@ -501,7 +501,7 @@ class MetricsCollector:
         self._pruned = now
         _evict_idle(self._targets, now, self._idle_ttl)
         _evict_idle(self._namespaces, now, self._idle_ttl)
-        _evict_idle(self._members, now, self._idle_ttl)
+        _evict_idle(self._smoothers, now, self._idle_ttl)
         for key in [k for k, (_, used) in self._sets.items() if now - used > self._idle_ttl]:
             del self._sets[key]
 
@@ -539,14 +539,16 @@ def scrape_url(pod: WorkerPod, scrape: ScrapeSpec) -> str:
     return f"http://{host}:{port}{scrape.path}"
 
 
-def _fold_pod_metrics(member: _Member, resources: PodResources, usage: ResourceUsage) -> None:
+def _fold_pod_metrics(
+    smoothers: _PodSmoothers, resources: PodResources, usage: ResourceUsage
+) -> None:
     sample = (usage.timestamp, usage.cpu_cores, usage.memory_bytes)
-    if sample == member.pod_sample:
+    if sample == smoothers.pod_sample:
         return
-    member.pod_sample = sample
+    smoothers.pod_sample = sample
     capacity = resources.cpu_capacity_cores
     limit = resources.memory_limit_bytes
-    member.pod.update(
+    smoothers.pod.update(
         cpu_percent=None if not capacity else 100.0 * usage.cpu_cores / capacity,
         memory_bytes=usage.memory_bytes,
         available_bytes=None if limit is None else max(limit - usage.memory_bytes, 0),
@@ -555,15 +557,15 @@ def _fold_pod_metrics(member: _Member, resources: PodResources, usage: ResourceU
 
 def _combine(
     pod: WorkerPod,
-    member: _Member,
+    smoothers: _PodSmoothers,
     usage: ResourceUsage | None,
-    worker: WorkerMetrics | None,
+    worker: WorkerReport | None,
     grain_types: Collection[str] | None,
 ) -> tuple[TableStats | None, bool]:
     """One pod's TableStats from its smoothed figures; PodMetrics (measured by the platform)
     wins over what the worker says about itself, figure by figure."""
-    pod_source = member.pod if usage is not None else None
-    worker_source = member.worker if worker is not None else None
+    pod_source = smoothers.pod if usage is not None else None
+    worker_source = smoothers.worker if worker is not None else None
 
     def pick(figure: str) -> tuple[float | None, bool]:
         for source, is_pod in ((pod_source, True), (worker_source, False)):
@@ -620,4 +622,4 @@ def _problems_part(problems: Mapping[str, str]) -> str:
     return f" ({text}{f'; and {more} more pods' if more else ''})"
 
 
-__all__ = ["LoadReport", "MetricsCollector", "PodMetrics", "scrape_url"]
+__all__ = ["LoadCollector", "LoadReport", "PodMetrics", "scrape_url"]

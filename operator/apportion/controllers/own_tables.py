@@ -17,7 +17,7 @@ from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap
 
 from apportion.controllers import telemetry
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.listwatch import EventType, ListWatch, Selection
 from apportion.publishing.configmaps import PART_LABEL, SET_KIND_LABEL
 
@@ -53,12 +53,12 @@ class OwnTables:
     """What the watch on the sets' own ConfigMaps saw, until each set's loop takes it."""
 
     notify: Callable[[str], None] | None = None
-    """Called with a set key whose tables changed (`Wakeups.notify`)."""
+    """Called with the loop key of a set whose tables changed (`Wakeups.notify`)."""
     roots: dict[tuple[str, str], str] = field(default_factory=dict)
-    """(namespace, root ConfigMap name) → set key: a table put back by hand may lack the labels
+    """(namespace, root ConfigMap name) → loop key: a table put back by hand may lack the labels
     and owner reference the operator wrote, its name is what identifies it."""
     versions: dict[str, str | None] = field(default_factory=dict)
-    """set key → resourceVersion of its root ConfigMap as last seen (None: deleted,
+    """loop key → resourceVersion of its root ConfigMap as last seen (None: deleted,
     TABLE_REREAD: a chunk was deleted)."""
 
     def changed(self, key: str, version: str | None) -> bool:
@@ -75,7 +75,7 @@ class OwnTables:
         if table.chunk:
             if not deleted or table.controller is None:
                 return  # chunks are written before their root, which announces them
-            key = set_key(table.controller[0], table.namespace, table.controller[1])
+            key = loop_key(table.controller[0], table.namespace, table.controller[1])
             version = TABLE_REREAD
         else:
             found = self.roots.get((table.namespace, table.name))

@@ -46,9 +46,9 @@ from apportion.api.pods import WorkerPod
 from apportion.api.resource import Resource
 from apportion.controllers import own_tables, telemetry
 from apportion.controllers.caches import SelectedCache
-from apportion.controllers.load_collector import MetricsCollector
+from apportion.controllers.load_collector import LoadCollector
 from apportion.controllers.pods import pod_cache
-from apportion.controllers.wakeups import Wakeups, set_key
+from apportion.controllers.wakeups import Wakeups, loop_key
 from apportion.controllers.workloads import WorkloadCaches, workload_caches
 from apportion.publishing.client import operator_client
 from apportion.publishing.configmaps import PublishConflict
@@ -107,7 +107,7 @@ class Runtime:
     workloads: WorkloadCaches
     events: EventRecorder
     costs: DeletionCosts
-    metrics: MetricsCollector
+    loads: LoadCollector
     limiter: PassLimiter
     tables: own_tables.OwnTables
     scope: tuple[str, ...] = ()
@@ -129,7 +129,7 @@ class Runtime:
             workloads=workload_caches(client, wakeups.notify, scope),
             events=EventRecorder(client),
             costs=DeletionCosts(client),
-            metrics=MetricsCollector(client),
+            loads=LoadCollector(client),
             limiter=PassLimiter(),
             tables=own_tables.OwnTables(wakeups.notify),
             scope=tuple(scope),
@@ -219,7 +219,7 @@ class Runtime:
             await cache.stop()
         await self.events.flush()
         await self.events.close()
-        await self.metrics.close()
+        await self.loads.close()
         await self.costs.close()
         await self.client.close()
 
@@ -228,7 +228,7 @@ class Reconciler(Protocol):
     """One object's controller, as `run_loop` drives it."""
 
     key: str
-    """The object's wake-up key (`wakeups.set_key`)."""
+    """The object's wake-up key (`wakeups.loop_key`)."""
     labels: tuple[str, str, str]
     """kind, namespace, name: the labels of its series in the operator's metrics."""
     outcome: str
@@ -327,7 +327,7 @@ def watch(kind: type[Resource], factory: ReconcilerFactory) -> None:
     async def changed(*, event: kopf.RawEvent, body: kopf.Body, memo: Any, **_: Any) -> None:
         runtime: Runtime = memo.runtime
         meta = body["metadata"]
-        key = set_key(kind.__name__, meta["namespace"], meta["name"])
+        key = loop_key(kind.__name__, meta["namespace"], meta["name"])
         if event.get("type") == "DELETED":
             runtime.deleted(key)
         else:

@@ -1,5 +1,5 @@
 """Wake a loop when something it reads changes (a pod or workload it selects, its own object):
-a change counter and an asyncio.Event per loop key (`set_key`). Loops compare counters, so a
+a change counter and an asyncio.Event per loop key (`loop_key`). Loops compare counters, so a
 change that lands while a pass runs is never missed."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import contextlib
 from collections import defaultdict
 
 
-def set_key(kind: str, namespace: str, name: str) -> str:
-    """The key a set's loop waits on and its selections are filed under."""
+def loop_key(kind: str, namespace: str, name: str) -> str:
+    """The key an object's loop waits on and its selections are filed under
+    (`Kind/namespace/name`)."""
     return f"{kind}/{namespace}/{name}"
 
 

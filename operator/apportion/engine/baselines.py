@@ -25,7 +25,7 @@ from apportion.engine.allocation import (
     AllocationRequest,
     AllocationStrategy,
     Plan,
-    PlanMetrics,
+    PlanQuality,
     make_strategy,
 )
 from apportion.engine.allocation.options import Options
@@ -37,8 +37,8 @@ __all__ = ["ANCHORS", "BASELINES", "OrleansModN", "RandomAllocation", "make_anch
 _INT31 = np.uint64(0x7FFFFFFF)
 
 
-def _count_metrics(builder: PlanBuilder) -> PlanMetrics:
-    return PlanMetrics(builder.state.total, len(builder.state.members), builder.moves, 0, 0.0, 0.0)
+def _count_quality(builder: PlanBuilder) -> PlanQuality:
+    return PlanQuality(builder.state.total, len(builder.state.members), builder.moves, 0, 0.0, 0.0)
 
 
 class OrleansModN:
@@ -62,7 +62,7 @@ class OrleansModN:
             slots = (hashes % np.uint64(len(ordered))).tolist()
             for (unit, origin), slot in zip(everyone, slots, strict=True):
                 builder.move(unit, origin, ordered[slot])
-        return builder.build(_count_metrics(builder))
+        return builder.build(_count_quality(builder))
 
 
 class RandomAllocation:
@@ -92,7 +92,7 @@ class RandomAllocation:
         if targets:
             for unit, origin in pending:
                 builder.move(unit, origin, self.rng.choice(targets))
-        return builder.build(_count_metrics(builder))
+        return builder.build(_count_quality(builder))
 
 
 BASELINES: Mapping[str, Callable[[Mapping[str, Any]], AllocationStrategy]] = MappingProxyType(

@@ -343,7 +343,7 @@ def _event_key(item: tuple[tuple[Reason, str | None, str | None], list[str]]) ->
 
 
 @dataclass(frozen=True)
-class WorkerPlan:
+class WorkerSteps:
     """What a worker does on a table newer than the last one it handled.
 
     acquire: start serving, under fencing token `table.units[u].epoch` (load state afresh).
@@ -395,7 +395,7 @@ def is_owner(table: AssignmentTable, me: Incarnation, unit: str) -> bool:
     )
 
 
-def plan_worker(table: AssignmentTable, me: Incarnation, serving: Mapping[str, int]) -> WorkerPlan:
+def plan_worker(table: AssignmentTable, me: Incarnation, serving: Mapping[str, int]) -> WorkerSteps:
     """The worker rule. `serving`: unit → fencing token, for every unit this process serves
     now, including ones it is finishing for a release. Serve a unit only while the table says
     it is yours under the token you acquired it with."""
@@ -406,7 +406,7 @@ def plan_worker(table: AssignmentTable, me: Incarnation, serving: Mapping[str, i
     }
     owned = owned_units(table, me)
     releasing = releasing_units(table, me)
-    return WorkerPlan(
+    return WorkerSteps(
         acquire=frozenset(owned - kept),
         release=frozenset(releasing & kept),
         stop=frozenset(serving.keys() - (kept & (owned | releasing))),

@@ -595,9 +595,9 @@ def run_steps(
             plan = planner.plan(request)
             if not plan.moves:
                 if not rounds:  # a plan that only confirms the last round has nothing to add
-                    notes.update(dict.fromkeys(plan.metrics.reasons))
+                    notes.update(dict.fromkeys(plan.quality.reasons))
                 break
-            notes.update(dict.fromkeys(plan.metrics.reasons))
+            notes.update(dict.fromkeys(plan.quality.reasons))
             rounds += 1
             moves += len(plan.moves)
             if world.loads is not None:
@@ -617,7 +617,7 @@ def run_steps(
                 moves=moves,
                 lower_bound=lower_bound,
                 rounds=rounds,
-                converged=plan.metrics.converged and not plan.moves,
+                converged=plan.quality.converged and not plan.moves,
                 seconds=max(0, rounds - 1) * interval,
                 max_mean=result[1],
                 load_max_mean=result[2],

@@ -521,7 +521,7 @@ def _budget_round(plan: Plan, members: Mapping[str, Member], hold: _Hold, inp: P
     reason, next_round = hold.reason, hold.next_round
     if held and reason is None:
         reason = f"at most {hold.budget} unit(s) move per round (rebalance.maxMovesPerRound)"
-    more = held or not plan.metrics.converged
+    more = held or not plan.quality.converged
     if more and next_round is None:
         # More rounds to go (the strategy stopped at its own limit, or moves were held).
         next_round = inp.now + inp.spec.rebalance.interval.total_seconds()

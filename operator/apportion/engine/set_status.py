@@ -74,7 +74,7 @@ class StatusInput:
     metrics_source: MetricsSource = MetricsSource.COUNTS
     loads: Mapping[str, float] | None = None
     extra_problems: Sequence[Problem] = ()
-    awaiting_metrics: str | None = None
+    awaiting_loads: str | None = None
     """Why placement counts units while it waits for the members' first load figures (the
     metrics grace), or None."""
 
@@ -221,7 +221,7 @@ def _balanced(f: _Facts) -> Verdict:
         return False, "Rebalancing", f"{f.total} unit(s) of the new count not placed yet"
     if pending and result.hold_reason:
         return False, "RebalancePending", f"{pending} move(s) pending: {result.hold_reason}"
-    if pending or (plan is not None and not plan.metrics.converged):
+    if pending or (plan is not None and not plan.quality.converged):
         return False, "Rebalancing", f"{pending} move(s) planned"
     if unsettled:
         # Placement is not final while a member is starting or leaving (LeastShards, as Akka,
@@ -282,8 +282,8 @@ def _reconciling(f: _Facts) -> Verdict:
     if f.pending:
         held = f": {f.s.result.hold_reason}" if f.s.result.hold_reason else ""
         return True, "Rebalancing", f"{f.pending} move(s) planned{held}"
-    if f.s.awaiting_metrics is not None:
-        return True, "AwaitingMetrics", f.s.awaiting_metrics
+    if f.s.awaiting_loads is not None:
+        return True, "AwaitingMetrics", f.s.awaiting_loads
     return False, "Settled", f"every unit placed, no move under way (epoch {f.s.table.epoch})"
 
 

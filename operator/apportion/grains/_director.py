@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from apportion.api.graintype import DEFAULT_GRAIN_TYPE
 from apportion.api.placement_table import PlacementTableDocument
-from apportion.api.worker_metrics import ACTIVATIONS, GRAIN_TYPE_LABEL, Sample
+from apportion.api.worker_report import ACTIVATIONS, GRAIN_TYPE_LABEL, Sample
 from apportion.engine.grains import (
     Explanation,
     GrainSpecError,
@@ -454,7 +454,7 @@ class PlacementDirector:
     def samples(self) -> list[Sample]:
         """What the worker serves on `/metrics` for grain placement: `apportion_activations`
         (the metrics contract, read back by the operator into `activationCount`) and the
-        families of `METRIC_HELP`. Render with `apportion.api.worker_metrics.render(samples,
+        families of `METRIC_HELP`. Render with `apportion.api.worker_report.render(samples,
         helps=METRIC_HELP)`."""
         counts = self.counts()
         out = [

@@ -41,7 +41,7 @@ class DeletionCosts:
         self._holdings: dict[PodKey, dict[str, int]] = {}
         self._pods: dict[PodKey, tuple[str, str | None]] = {}
         self._held_by: dict[tuple[str, str], set[str]] = {}
-        """(namespace, set key) → uids of the pods it assigns units to."""
+        """(namespace, holder key) → uids of the pods it assigns units to."""
         self._dirty: set[PodKey] = set()
         self._task: asyncio.Task[None] | None = None
 
@@ -51,24 +51,24 @@ class DeletionCosts:
     def update(
         self,
         namespace: str,
-        set_key: str,
+        holder_key: str,
         holdings: Mapping[str, int],
         pods: Mapping[str, tuple[str, str | None]],
     ) -> None:
-        """Set `set_key` assigns `holdings[uid]` units to each pod of `pods` (uid → (name, the
+        """Set `holder_key` gives `holdings[uid]` units to each pod of `pods` (uid → (name, the
         annotation's current value): the pods it sees); pods of `pods` missing from `holdings`
         hold none of it, and so do the pods it held before and no longer sees (gone, or out of
         its selection)."""
         held = {uid for uid, units in holdings.items() if units and uid in pods}
-        before = self._held_by.get((namespace, set_key), set())
+        before = self._held_by.get((namespace, holder_key), set())
         for uid in before - pods.keys():
-            self._assign(namespace, uid, set_key, 0, None)
+            self._assign(namespace, uid, holder_key, 0, None)
         for uid, seen in pods.items():
-            self._assign(namespace, uid, set_key, holdings.get(uid, 0), seen)
+            self._assign(namespace, uid, holder_key, holdings.get(uid, 0), seen)
         if held:
-            self._held_by[(namespace, set_key)] = held
+            self._held_by[(namespace, holder_key)] = held
         else:
-            self._held_by.pop((namespace, set_key), None)
+            self._held_by.pop((namespace, holder_key), None)
         if self._dirty and self._task is None:
             self._task = asyncio.create_task(self._flush(), name="apportion deletion costs")
 
@@ -76,7 +76,7 @@ class DeletionCosts:
         self,
         namespace: str,
         uid: str,
-        set_key: str,
+        holder_key: str,
         units: int,
         seen: tuple[str, str | None] | None,
     ) -> None:
@@ -86,9 +86,9 @@ class DeletionCosts:
         key = (namespace, uid)
         mine = self._holdings.setdefault(key, {})
         if units:
-            mine[set_key] = units
+            mine[holder_key] = units
         else:
-            mine.pop(set_key, None)
+            mine.pop(holder_key, None)
         if seen is not None:
             self._pods[key] = seen
         known = self._pods.get(key)
@@ -102,11 +102,11 @@ class DeletionCosts:
         self._pods.pop(key, None)
         self._dirty.discard(key)
 
-    def forget_set(self, namespace: str, set_key: str) -> None:
+    def forget_set(self, namespace: str, holder_key: str) -> None:
         """A deleted set: its units no longer count, and its pods, which most likely still run,
         are patched to what the other sets assign them."""
-        for uid in self._held_by.pop((namespace, set_key), set()):
-            self._assign(namespace, uid, set_key, 0, None)
+        for uid in self._held_by.pop((namespace, holder_key), set()):
+            self._assign(namespace, uid, holder_key, 0, None)
         if self._dirty and self._task is None:
             self._task = asyncio.create_task(self._flush(), name="apportion deletion costs")
 

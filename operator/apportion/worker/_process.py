@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from apportion.api.worker_metrics import WorkerMetrics
+from apportion.api.worker_report import WorkerReport
 
 _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _CGROUP_LIMITS = (
@@ -61,7 +61,7 @@ class ProcessStats:
         times = os.times()
         return times.user + times.system
 
-    def read(self) -> WorkerMetrics:
+    def read(self) -> WorkerReport:
         now, cpu = time.monotonic(), self._cpu_seconds()
         then, cpu_then = self._last
         self._last = (now, cpu)
@@ -73,7 +73,7 @@ class ProcessStats:
         available = None
         if self._limit is not None and usage is not None:
             available = max(0, self._limit - usage)
-        return WorkerMetrics(
+        return WorkerReport(
             cpu_percent=percent,
             cpu_count=self._cpus,
             memory_usage_bytes=usage,

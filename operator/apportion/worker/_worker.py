@@ -22,7 +22,7 @@ from apportion.api.assignment import (
     assignment_config_map,
     unit_order,
 )
-from apportion.api.worker_metrics import CONTENT_TYPE, WorkerMetrics
+from apportion.api.worker_report import CONTENT_TYPE, WorkerReport
 from apportion.engine.handoff import releasing_units
 from apportion.worker._lease import ServingLease
 from apportion.worker._process import ProcessStats
@@ -729,11 +729,11 @@ class Worker:
             return {unit: float(load(unit)) for unit in units}
         return {unit: self._loads.get(unit, 0.0) for unit in units}
 
-    def metrics(self) -> WorkerMetrics:
+    def metrics(self) -> WorkerReport:
         stats = self._stats.read()
         loads = self.unit_loads()
         failing = len(self._state.failing) if self._state is not None else 0
-        return WorkerMetrics(
+        return WorkerReport(
             unit_loads={self.set_name: loads} if loads else {},
             release_failures={self.set_name: self.release_failures},
             releases_failing={self.set_name: failing},

@@ -26,7 +26,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.pods import pods_of
 from apportion.controllers.runtime import Runtime
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
 from apportion.engine.grains.gate import PublishGate
 from apportion.engine.grains.status import (
@@ -63,7 +63,7 @@ class GrainTypeLoop:
         self.clock = clock
         self.namespace: str = meta["namespace"]
         self.name: str = meta["name"]
-        self.key = set_key("GrainType", self.namespace, self.name)
+        self.key = loop_key("GrainType", self.namespace, self.name)
         self.ref = ResourceRef("GrainType", self.namespace, self.name, meta["uid"])
         self.store = PlacementTableStore(runtime.client, self.namespace, self.name)
         self.gate: PublishGate | None = None
@@ -138,7 +138,7 @@ class GrainTypeLoop:
         # The want is the selector alone: what the cache keeps for this key is the selection.
         selected = pods_of(self.runtime.pods.selected(self.namespace, self.key))
         members = [pod for pod in selected if is_compatible(pod)]
-        report = await self.runtime.metrics.member_stats(
+        report = await self.runtime.loads.member_stats(
             self.namespace,
             members,
             spec.metrics,

@@ -34,7 +34,7 @@ from apportion.controllers import telemetry
 from apportion.controllers.caches import Want
 from apportion.controllers.pods import pods_of, select
 from apportion.controllers.runtime import Runtime
-from apportion.controllers.wakeups import set_key
+from apportion.controllers.wakeups import loop_key
 from apportion.controllers.workloads import find_workload, rollout_of
 from apportion.engine.handoff import Reason
 from apportion.engine.kstatus import blocked_conditions
@@ -80,7 +80,7 @@ class SetLoop:
         self.last_body = body
         self.logger = logger
         self.namespace: str = meta["namespace"]
-        self.key = set_key(kind.__name__, self.namespace, meta["name"])
+        self.key = loop_key(kind.__name__, self.namespace, meta["name"])
         self.set_ref = ResourceRef(kind.__name__, self.namespace, meta["name"], meta["uid"])
         self.config_map = assignment_config_map(kind.__name__, meta["name"])
         self.store = AssignmentStore(runtime.client, self.set_ref, self.config_map)
@@ -92,7 +92,7 @@ class SetLoop:
         self.state = SetState.from_status(body.get("status") or {})
         self.status: dict[str, Any] | None = None
         self.reported: set[str] = set()
-        self.awaiting_metrics: str | None = None
+        self.awaiting_loads: str | None = None
         self.suspensions_seen: dict[str, int] | None = None  # pod uid → suspensions reported
         self.desired_members: int | None = None
         self.created = seconds(meta.get("creationTimestamp"))  # the start of startup.timeout
@@ -107,7 +107,9 @@ class SetLoop:
         return self.last_body
 
     @property
-    def set_key(self) -> str:
+    def holder_key(self) -> str:
+        """The set among its namespace's sets (`Kind/name`), as the pods' deletion costs count
+        its holdings; `key` is its loop's key."""
         return f"{self.set_ref.kind}/{self.set_ref.name}"
 
     async def write_status(self, status: Mapping[str, Any]) -> None:
@@ -251,18 +253,18 @@ class SetLoop:
         self, spec: UnitSetSpec, members: Sequence[WorkerPod], now: float
     ) -> tuple[Mapping[str, float] | None, MetricsSource, Problem | None]:
         """Per-unit load the workers report, when the spec says where to scrape it."""
-        self.awaiting_metrics = None
+        self.awaiting_loads = None
         if spec.metrics.scrape is None or not members:
             self.state.no_loads_wanted()
             return None, MetricsSource.COUNTS, None
-        report = await self.runtime.metrics.unit_loads(
+        report = await self.runtime.loads.unit_loads(
             self.namespace, self.set_ref.name, members, spec.metrics
         )
         grace = loads_grace(spec.metrics.scrape)
         loads, fault = self.state.loads(report.unit_loads, now, grace)
         if loads is None and not fault:
             since = self.state.loads_missing_since or now
-            self.awaiting_metrics = (
+            self.awaiting_loads = (
                 f"counting units until the members report their load (at most {grace:.0f}s, "
                 f"{max(0.0, since + grace - now):.0f}s left)"
             )
@@ -421,7 +423,7 @@ class SetLoop:
                 metrics_source=source,
                 loads=loads,
                 extra_problems=problems,
-                awaiting_metrics=self.awaiting_metrics,
+                awaiting_loads=self.awaiting_loads,
             )
         )
         current = {p.reason: p for p in [*result.problems, *problems]}
@@ -500,9 +502,9 @@ class SetLoop:
             uids[member]: len(units) for member, units in self.published.by_member().items()
         }
         pods = {pod.uid: (pod.name, pod.deletion_cost) for pod in visible}
-        self.runtime.costs.update(self.namespace, self.set_key, holdings, pods)
+        self.runtime.costs.update(self.namespace, self.holder_key, holdings, pods)
 
     def release_pods(self) -> None:
         """The set is gone: its units no longer count in its pods' deletion costs."""
-        self.runtime.costs.forget_set(self.namespace, self.set_key)
-        self.runtime.metrics.forget(self.namespace, self.set_ref.name)
+        self.runtime.costs.forget_set(self.namespace, self.holder_key)
+        self.runtime.loads.forget(self.namespace, self.set_ref.name)

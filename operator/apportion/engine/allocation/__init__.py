@@ -18,7 +18,7 @@ from apportion.engine.allocation.model import (
     Member,
     Move,
     Plan,
-    PlanMetrics,
+    PlanQuality,
 )
 from apportion.engine.allocation.parameters import (
     TOLERANCES,
@@ -53,7 +53,7 @@ __all__ = [
     "Member",
     "Move",
     "Plan",
-    "PlanMetrics",
+    "PlanQuality",
     "Ring",
     "make_strategy",
     "strategy_names",

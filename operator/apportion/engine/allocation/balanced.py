@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from apportion.engine.allocation.balanced_loads import plan_loads
-from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
+from apportion.engine.allocation.model import AllocationRequest, Plan, PlanQuality
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import TOLERANCES, BalancedParameters
 from apportion.engine.allocation.plan_builder import (
@@ -160,7 +160,7 @@ def plan_counts(state: State, options: BalancedParameters) -> Plan:
     reached = all(counts[i] == quotas[k] for k, i in enumerate(targets))
     if not reached and not any("budget" in r for r in reasons):
         reasons.append("units in hand-off held above their member's quota")
-    metrics = PlanMetrics(
+    quality = PlanQuality(
         units=state.total,
         members=len(targets),
         moves=builder.moves,
@@ -171,7 +171,7 @@ def plan_counts(state: State, options: BalancedParameters) -> Plan:
         converged=reached,
         reasons=tuple(reasons),
     )
-    return builder.build(metrics)
+    return builder.build(quality)
 
 
 def _fullest_first(surplus: dict[int, list[str]], budget: int) -> list[tuple[str, Origin]]:

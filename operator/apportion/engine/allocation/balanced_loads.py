@@ -26,7 +26,7 @@ from itertools import chain
 
 import numpy as np
 
-from apportion.engine.allocation.model import HotUnit, Plan, PlanMetrics
+from apportion.engine.allocation.model import HotUnit, Plan, PlanQuality
 from apportion.engine.allocation.parameters import BalancedParameters
 from apportion.engine.allocation.plan_builder import (
     Origin,
@@ -733,7 +733,7 @@ def plan_loads(state: State, options: BalancedParameters) -> Plan:
     )
     hot = planner.hot_report()
     builder = planner.builder
-    metrics = PlanMetrics(
+    quality = PlanQuality(
         units=state.total,
         members=len(planner.targets),
         moves=builder.moves,
@@ -748,4 +748,4 @@ def plan_loads(state: State, options: BalancedParameters) -> Plan:
         hot_unit=hot,
         reasons=tuple(planner.reasons),
     )
-    return builder.build(metrics)
+    return builder.build(quality)

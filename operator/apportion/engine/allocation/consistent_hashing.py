@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
+from apportion.engine.allocation.model import AllocationRequest, Plan, PlanQuality
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import ConsistentHashingParameters
 from apportion.engine.allocation.plan_builder import (
@@ -75,7 +75,7 @@ class ConsistentHashing:
         reasons = [why] if why else []
         deferred = self._place(state, builder, targets, reasons) if targets else 0
         before = [state.count(i) for i in range(len(members))]
-        metrics = PlanMetrics(
+        quality = PlanQuality(
             units=state.total,
             members=len(targets),
             moves=builder.moves,
@@ -85,7 +85,7 @@ class ConsistentHashing:
             converged=not deferred,
             reasons=tuple(reasons),
         )
-        return builder.build(metrics)
+        return builder.build(quality)
 
     def _place(
         self, state: State, builder: PlanBuilder, targets: list[int], reasons: list[str]

@@ -17,7 +17,7 @@ from apportion.engine.allocation.model import (
     AllocationRequest,
     AllocationStrategy,
     Plan,
-    PlanMetrics,
+    PlanQuality,
 )
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.plan_builder import (
@@ -116,23 +116,23 @@ class External:
         for move in sub.moves:
             came_from = state.index.get(move.source, move.source) if move.source else None
             builder.move(move.unit, came_from, state.index[move.target])
-        reasons.extend(sub.metrics.reasons)
+        reasons.extend(sub.quality.reasons)
 
         targets, _ = target_members(state)
         before = [state.count(i) for i in range(len(members))]
-        metrics = PlanMetrics(
+        quality = PlanQuality(
             units=state.total,
             members=len(targets),
             moves=builder.moves,
-            lower_bound=pinned_moves + sub.metrics.lower_bound,
+            lower_bound=pinned_moves + sub.quality.lower_bound,
             max_mean_before=count_ratio(before, state, targets),
             max_mean_after=count_ratio(builder.counts(), state, targets),
-            load_max_mean_before=sub.metrics.load_max_mean_before,
-            load_max_mean_after=sub.metrics.load_max_mean_after,
-            moved_load=sub.metrics.moved_load,
-            rounds=sub.metrics.rounds,
-            converged=sub.metrics.converged,
-            hot_unit=sub.metrics.hot_unit,
+            load_max_mean_before=sub.quality.load_max_mean_before,
+            load_max_mean_after=sub.quality.load_max_mean_after,
+            moved_load=sub.quality.moved_load,
+            rounds=sub.quality.rounds,
+            converged=sub.quality.converged,
+            hot_unit=sub.quality.hot_unit,
             reasons=tuple(reasons),
         )
-        return builder.build(metrics)
+        return builder.build(quality)

@@ -19,7 +19,7 @@ import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from apportion.engine.allocation.model import AllocationRequest, Plan, PlanMetrics
+from apportion.engine.allocation.model import AllocationRequest, Plan, PlanQuality
 from apportion.engine.allocation.options import Options
 from apportion.engine.allocation.parameters import LeastShardsParameters
 from apportion.engine.allocation.plan_builder import (
@@ -131,7 +131,7 @@ class LeastShards:
 
         targets, _ = target_members(state)
         before = [state.count(i) for i in range(len(members))]
-        metrics = PlanMetrics(
+        quality = PlanQuality(
             units=state.total,
             members=len(targets),
             moves=builder.moves,
@@ -141,7 +141,7 @@ class LeastShards:
             converged=converged,
             reasons=tuple(reasons),
         )
-        return builder.build(metrics)
+        return builder.build(quality)
 
     @staticmethod
     def _paused(state: State, regions: Sequence[int]) -> str | None:

@@ -1,4 +1,4 @@
-"""The vocabulary of unit allocation: members, requests, moves, plans and their metrics."""
+"""The vocabulary of unit allocation: members, requests, moves, plans and their quality."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = [
     "Member",
     "Move",
     "Plan",
-    "PlanMetrics",
+    "PlanQuality",
 ]
 
 
@@ -96,7 +96,7 @@ class HotUnit:
 
 
 @dataclass(frozen=True, slots=True)
-class PlanMetrics:
+class PlanQuality:
     """How good a plan is and what it was held against.
 
     ``max_mean_*``: the most loaded eligible member's unit count / capacity over the mean;
@@ -121,7 +121,7 @@ class PlanMetrics:
     reasons: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The metrics as JSON-ready camelCase fields (``apportion plan`` output)."""
+        """The figures as JSON-ready camelCase fields (``apportion plan`` output)."""
         hot = self.hot_unit
         return {
             "units": self.units,
@@ -155,11 +155,11 @@ def _round(value: float | None) -> float | None:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """Ordered moves, the assignment after them (every current member, in member order) and
-    metrics. ``unassigned``: units no member can take (there is none)."""
+    its quality. ``unassigned``: units no member can take (there is none)."""
 
     moves: tuple[Move, ...]
     assignment: Mapping[str, tuple[str, ...]]
-    metrics: PlanMetrics
+    quality: PlanQuality
     unassigned: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -167,7 +167,8 @@ class Plan:
         result: dict[str, Any] = {
             "moves": [{"unit": m.unit, "from": m.source, "to": m.target} for m in self.moves],
             "assignment": {member: list(units) for member, units in self.assignment.items()},
-            "metrics": self.metrics.to_json(),
+            # The key `apportion plan` has always printed; scripts read it.
+            "metrics": self.quality.to_json(),
         }
         if self.unassigned:
             result["unassigned"] = list(self.unassigned)

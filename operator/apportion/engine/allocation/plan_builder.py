@@ -19,7 +19,7 @@ from apportion.engine.allocation.model import (
     Member,
     Move,
     Plan,
-    PlanMetrics,
+    PlanQuality,
 )
 
 Origin = int | str | None
@@ -248,14 +248,14 @@ class PlanBuilder:
             counts[i] += len(added)
         return counts
 
-    def build(self, metrics: PlanMetrics) -> Plan:
+    def build(self, quality: PlanQuality) -> Plan:
         state = self.state
         assignment: dict[str, tuple[str, ...]] = {}
         for i, member in enumerate(state.members):
             assignment[member.name] = tuple(self.units_of(i))
         unassigned = tuple(u for u, _ in state.homeless if u not in self._slot)
         moves = tuple(m for m in self._moves if m is not None)
-        return Plan(moves, assignment, metrics, unassigned)
+        return Plan(moves, assignment, quality, unassigned)
 
 
 def _source(origin: Origin, members: Sequence[Member]) -> str | None:

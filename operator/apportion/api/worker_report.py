@@ -1,12 +1,14 @@
-"""The metrics a worker pod serves for apportion, and the Prometheus text format they travel in.
+"""The worker report: what a worker pod serves apportion on its metrics endpoint (per-unit
+load, activations, CPU and memory, release failures, serving), and the Prometheus text format
+it travels in.
 
-One definition for both sides: the worker library renders a `WorkerMetrics` with `render`, the
-operator's collector reads it back with `WorkerMetrics.parse`. Workers in other languages expose
+One definition for both sides: the worker library renders a `WorkerReport` with `render`, the
+operator's collector reads it back with `WorkerReport.parse`. Workers in other languages expose
 the same names (docs/metrics.md); any Prometheus client library produces text this parser reads.
 Pure and standard-library only, so the worker library pays nothing for it.
 
-    text = WorkerMetrics(unit_loads={"orders": {"3": 12.5}}, activations={"Cart": 40}).render()
-    WorkerMetrics.parse(text).unit_loads["orders"]["3"]  # 12.5
+    text = WorkerReport(unit_loads={"orders": {"3": 12.5}}, activations={"Cart": 40}).render()
+    WorkerReport.parse(text).unit_loads["orders"]["3"]  # 12.5
 
 Format: Prometheus text exposition 0.0.4 (https://prometheus.io/docs/instrumenting/exposition_formats/).
 `parse` reads the whole format — HELP/TYPE comments, labels with escapes, NaN/±Inf, timestamps —
@@ -342,7 +344,7 @@ _PER_SET = {
 
 
 @dataclass(frozen=True, slots=True)
-class WorkerMetrics:
+class WorkerReport:
     """Everything one worker reports. Figures it does not know stay None (or empty)."""
 
     unit_loads: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
@@ -390,7 +392,7 @@ class WorkerMetrics:
         return render(self.samples())
 
     @classmethod
-    def from_samples(cls, samples: Iterable[Sample]) -> WorkerMetrics:
+    def from_samples(cls, samples: Iterable[Sample]) -> WorkerReport:
         """Read apportion's families from parsed samples; other families are ignored. Raises
         ExpositionError for a negative or non-finite value, a missing label or a duplicate."""
         unit_loads: dict[str, dict[str, float]] = {}
@@ -429,6 +431,6 @@ class WorkerMetrics:
         return cls(unit_loads=unit_loads, activations=activations, **per_set, **scalars)  # type: ignore[arg-type]
 
     @classmethod
-    def parse(cls, text: str) -> WorkerMetrics:
+    def parse(cls, text: str) -> WorkerReport:
         """Read a scraped metrics page (only apportion's families are parsed)."""
         return cls.from_samples(parse(text, METRICS.keys()))

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from apportion.api.worker_metrics import (
+from apportion.api.worker_report import (
     ACTIVATIONS,
     CONTENT_TYPE,
     METRICS,
     UNIT_LOAD,
     ExpositionError,
     Sample,
-    WorkerMetrics,
+    WorkerReport,
     parse,
     render,
 )
@@ -58,8 +58,8 @@ def test_parse_reads_back_what_render_wrote(items: list[Sample]) -> None:
 unit_ids = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=8)
 loads = st.floats(min_value=0, max_value=1e12, allow_nan=False, allow_infinity=False)
 byte_counts = st.none() | st.integers(min_value=0, max_value=2**50)
-worker_metrics = st.builds(
-    WorkerMetrics,
+worker_reports = st.builds(
+    WorkerReport,
     unit_loads=st.dictionaries(
         unit_ids, st.dictionaries(unit_ids, loads, min_size=1, max_size=5), max_size=3
     ),
@@ -74,13 +74,13 @@ worker_metrics = st.builds(
 
 
 @settings(derandomize=True, max_examples=300)
-@given(worker_metrics)
-def test_worker_metrics_round_trip(metrics: WorkerMetrics) -> None:
-    assert WorkerMetrics.parse(metrics.render()) == metrics
+@given(worker_reports)
+def test_worker_report_round_trip(report: WorkerReport) -> None:
+    assert WorkerReport.parse(report.render()) == report
 
 
 def test_rendered_page_is_what_docs_metrics_md_shows() -> None:
-    text = WorkerMetrics(
+    text = WorkerReport(
         unit_loads={"orders": {"7": 12.5, "9": 0}},
         activations={"Cart": 40},
         cpu_percent=37.5,
@@ -167,9 +167,9 @@ def test_parse_names_the_line_and_the_problem(text: str, message: str) -> None:
         ("apportion_cpu_count 2\napportion_cpu_count 4", "apportion_cpu_count appears twice"),
     ],
 )
-def test_worker_metrics_reject_values_placement_cannot_use(text: str, message: str) -> None:
+def test_worker_report_rejects_values_placement_cannot_use(text: str, message: str) -> None:
     with pytest.raises(ExpositionError, match=message):
-        WorkerMetrics.parse(text)
+        WorkerReport.parse(text)
 
 
 def test_render_rejects_invalid_names() -> None:
@@ -180,5 +180,5 @@ def test_render_rejects_invalid_names() -> None:
 
 
 def test_empty_report_renders_empty_page() -> None:
-    assert WorkerMetrics().render() == ""
-    assert WorkerMetrics.parse("") == WorkerMetrics()
+    assert WorkerReport().render() == ""
+    assert WorkerReport.parse("") == WorkerReport()
