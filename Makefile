@@ -39,7 +39,7 @@ image: setup
 
 # Builds the Go tools the tests run (promtool, helm, krew, kstatus, Flux's source- and
 # kustomize-controller) once per version into ~/.cache/apportion. `make test` does not wait for
-# them: a test run builds what is missing in the background (tests/prebuild.py).
+# them: a test run builds what is missing in the background (tests/support/prebuild.py).
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
@@ -80,7 +80,7 @@ java: java-deps postgres-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml install
 
 bench: setup kafka-jars
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all
 
 # Gates that fail the test run: ruff, and mypy (strict on the api and engine layers; the
 # modules still on pyproject.toml's typing-debt list are not checked yet).

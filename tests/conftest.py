@@ -1,6 +1,6 @@
 """Fixtures shared by unit and end-to-end tests: the Go tools they run (a run missing some builds
 them in the background while the tests that need none run first, see prebuild; it never skips)
-and a private PostgreSQL server (installed first where missing, see postgres_support).
+and a private PostgreSQL server (installed first where missing, see tests.support.postgres).
 
 The tiers (markers; README, "Tests"): `unit` (tests/unit: Python, Java and Maven, nothing else),
 `e2e` (tests/e2e on the dev-cluster: a real API server and the pod simulator, on Linux) and
@@ -13,12 +13,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import prebuild
 import pytest
-from postgres_support import PostgresServer
-from tiers import cannot_run, tier
 
 from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
+from tests.support import prebuild
+from tests.support.postgres import PostgresServer
+from tests.support.tiers import cannot_run, tier
 
 HERE = Path(__file__).parent
 LEFT_OUT = pytest.StashKey[str]()
@@ -80,7 +80,7 @@ def helm_binary(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def kstatus_binary(request: pytest.FixtureRequest) -> Path:
-    """sigs.k8s.io/cli-utils' kstatus as a command (devtools/go/kstatus; kstatus_support.py)."""
+    """sigs.k8s.io/cli-utils' kstatus as a command (devtools/go/kstatus; tests.support.kstatus)."""
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(KSTATUS) / "kstatus"

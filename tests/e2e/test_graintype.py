@@ -30,7 +30,6 @@ import yaml
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
-from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
 from apportion.api.placement_table import (
     PlacementTableDocument,
@@ -39,6 +38,7 @@ from apportion.api.placement_table import (
 )
 from apportion.api.worker_metrics import parse
 from apportion_dev.devcluster.net import free_port
+from tests.support.unitset import WORKER_ACCOUNT, grant_worker_role
 
 API = "apportion.dev/v1alpha1"
 WORKERS = [f"w-{i}" for i in range(8)]

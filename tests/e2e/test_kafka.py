@@ -23,9 +23,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from java_support import classpath
-from kafka_broker import KafkaBroker
-from kafka_support import (
+from integrations.kafka.kafka_broker import KafkaBroker
+
+from apportion.api.pods import DRAIN_ANNOTATION
+from apportion_dev.devcluster.podsim.relay import RELAY_ANNOTATION
+from tests.support.java import classpath
+from tests.support.kafka import (
     Producer,
     commits,
     committed_offsets,
@@ -33,7 +36,7 @@ from kafka_support import (
     create_topic,
     processed,
 )
-from unitset_support import (
+from tests.support.unitset import (
     Ownership,
     apply,
     cut_api_route,
@@ -46,9 +49,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.pods import DRAIN_ANNOTATION
-from apportion_dev.devcluster.podsim.relay import RELAY_ANNOTATION
 
 TOPIC = "orders"
 PARTITIONS = 8

@@ -12,7 +12,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from unitset_support import (
+from apportion.engine.keys import get_scheme
+from tests.support.unitset import (
     apply,
     counts,
     demo_worker,
@@ -21,8 +22,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.engine.keys import get_scheme
 
 
 def plugin_runner(dev_cluster, namespace: str) -> Callable[..., str]:

@@ -13,7 +13,10 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from unitset_support import (
+
+from apportion.api.assignment import AssignmentTable, Incarnation
+from apportion.engine.handoff import make_ack, owned_units, releasing_units
+from tests.support.unitset import (
     Operator,
     apply,
     counts,
@@ -28,9 +31,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentTable, Incarnation
-from apportion.engine.handoff import make_ack, owned_units, releasing_units
 
 LEASE = "apportion-ha"
 SPEC = {

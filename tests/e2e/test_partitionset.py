@@ -8,7 +8,8 @@ import re
 from collections import Counter
 
 import pytest
-from unitset_support import (
+
+from tests.support.unitset import (
     apply,
     condition,
     counts,

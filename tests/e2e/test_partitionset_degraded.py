@@ -9,7 +9,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from unitset_support import (
+from apportion.api.assignment import Ack, AssignmentTable
+from tests.support.unitset import (
     apply,
     condition,
     counts,
@@ -22,8 +23,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import Ack, AssignmentTable
 
 
 def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(

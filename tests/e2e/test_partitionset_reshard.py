@@ -16,8 +16,11 @@ from collections import Counter
 
 import pytest
 import xxhash
-from counting_clients import CountingClients
-from unitset_support import (
+
+from apportion.api.assignment import AssignmentTable
+from apportion_dev.devcluster.net import http_get_json
+from tests.support.counting_clients import CountingClients
+from tests.support.unitset import (
     Ownership,
     apply,
     condition,
@@ -33,9 +36,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentTable
-from apportion_dev.devcluster.net import http_get_json
 
 SET = "PartitionSet/rs"
 PODS = [f"rw-{i}" for i in range(6)]

@@ -8,7 +8,7 @@ import json
 import time
 from datetime import datetime
 
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     condition,
     counts,

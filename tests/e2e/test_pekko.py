@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from java_support import classpath
-from pekko_support import (
+
+from apportion.api.assignment import assignment_config_map
+from apportion.engine.locate import locate
+from tests.support.java import classpath
+from tests.support.pekko import (
     SET,
     SHARDS,
     STS,
@@ -34,7 +37,7 @@ from pekko_support import (
     pod_url,
     twice_alive,
 )
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     cut_api_route,
     events,
@@ -44,9 +47,6 @@ from unitset_support import (
     unit_set,
     worker_pid,
 )
-
-from apportion.api.assignment import assignment_config_map
-from apportion.engine.locate import locate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -24,13 +24,13 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from postgres_support import PostgresServer
-from unitset_support import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
 from apportion_dev.devcluster import DevCluster, KubectlError
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.devcluster.realnode.images import IMAGE, for_real_node
 from apportion_dev.devcluster.realnode.node import NODE_NAME
+from tests.support.postgres import PostgresServer
+from tests.support.unitset import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from unitset_support import (
+from apportion.api.common import seconds
+from tests.support.unitset import (
     apply,
     demo_worker,
     get,
@@ -18,8 +19,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.common import seconds
 
 SET = "PartitionSet/grow"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     counts,
     demo_worker,

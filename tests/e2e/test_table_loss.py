@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from unitset_support import (
+from apportion.api.assignment import AssignmentFormatError, assignment_config_map
+from tests.support.unitset import (
     Operator,
     apply,
     condition,
@@ -23,8 +24,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentFormatError, assignment_config_map
 
 CM = assignment_config_map("ShardSet", "carts")
 PODS = [f"cw-{i}" for i in range(5)]

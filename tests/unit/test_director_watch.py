@@ -8,10 +8,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_director import table
 
 from apportion.api.placement_table import to_configmap
 from apportion.grains import PlacementDirector
+from tests.unit.test_director import table
 
 
 class Listing:

@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kstatus_support import CURRENT, FAILED, IN_PROGRESS, kstatus, kstatus_of
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import ResourceRef
@@ -43,6 +42,7 @@ from apportion.engine.set_pass import (
     plan_pass,
     unit_set_status,
 )
+from tests.support.kstatus import CURRENT, FAILED, IN_PROGRESS, kstatus, kstatus_of
 
 NOW = 1_700_000_000.0
 WALL = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from lightkube.resources.core_v1 import ConfigMap, Pod
-from test_worker_watch import Listing
 
 from apportion.api.assignment import (
     Ack,
@@ -25,6 +24,7 @@ from apportion.api.assignment import (
 from apportion.api.worker_metrics import RELEASE_FAILURES, WorkerMetrics
 from apportion.worker import _worker as worker_module
 from apportion.worker._worker import Worker
+from tests.unit.test_worker_watch import Listing
 
 REF = ResourceRef("PartitionSet", "ns", "orders", "set-uid")
 ME = Incarnation("w-0", "uid-0")

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from tiers import tier
 
 from apportion_dev.devcluster.build import is_built
 from apportion_dev.devcluster.paths import cache_root
@@ -30,6 +29,7 @@ from apportion_dev.devcluster.tools import (
     GoTool,
     tool_build,
 )
+from tests.support.tiers import tier
 
 FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     "flux": FLUX_TOOLS,
