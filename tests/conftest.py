@@ -31,6 +31,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         name = tier(item)
         item.add_marker(getattr(pytest.mark, name))
+        if name == "realnode":
+            item.add_marker(pytest.mark.one_per_machine)
         (left_out if cannot_run(name) else kept).append(item)
     if not left_out:
         return
@@ -45,7 +47,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     names = prebuild.missing(session.items)
-    if names and not session.config.option.collectonly:
+    # Under pytest-xdist every worker collects the same tests: the first builds for all (the
+    # others' fixtures wait on the build's file lock, apportion_dev.devcluster.build.ensure).
+    first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    if names and first and not session.config.option.collectonly:
         session.config.stash[BACKGROUND] = prebuild.BackgroundBuild(names)
         print(f"\nbuilding {', '.join(names)} in the background (log: {prebuild.log_path()})")
 

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -130,6 +132,7 @@ class Terminal:
         return self.output.decode(errors="replace").replace("\r\n", "\n")
 
 
+@pytest.mark.one_per_machine  # on a real node where the machine has one (root on Linux)
 def test_make_demo_runs_three_kinds_under_traffic_and_ctrl_c_stops_it_cleanly() -> None:
     terminal = Terminal("make", "--no-print-directory", "demo")
     try:
