@@ -27,7 +27,8 @@ BACKGROUND = pytest.StashKey[prebuild.BackgroundBuild]()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     prebuild.order(items)
-    kept, left_out = [], []
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
     for item in items:
         name = tier(item)
         item.add_marker(getattr(pytest.mark, name))
