@@ -69,12 +69,19 @@ GATES = [
     Step("lint", make("lint")),
     Step("postgres-deps", make("postgres-deps")),
 ]
+# A stream runs its steps in order (so that two Maven or two Go builds never run at once); a
+# step runs when the steps it `needs` succeeded, whichever stream they are in.
 STREAMS = {
     "go": [
         Step("controlplane", make("controlplane")),
         Step("tools", make("tools")),
         Step("image", make("image")),
-        Step("realnode tier", pytest("tests/e2e", "-m", "one_per_machine"), tier=True),
+        Step(
+            "realnode tier",
+            pytest("tests/e2e", "-m", "one_per_machine"),
+            needs=("controlplane", "tools", "image"),
+            tier=True,
+        ),
     ],
     "java": [
         Step("java", make("java")),
@@ -112,17 +119,22 @@ def log_of(step: Step) -> Path:
     return RESULTS / f"{step.name.replace(' tier', '').replace(' ', '-')}.log"
 
 
+def durations_of(step: Step) -> Path:
+    return log_of(step).with_name(f"{log_of(step).stem}-durations.txt")
+
+
 def run(step: Step) -> bool:
     """Run one step with its output in its log; print the log when it ends (whole for a tier or
     a failure, its last lines otherwise)."""
     missing = [n for n in step.needs if not STEPS[n].done.wait() or not STEPS[n].ok]
     if missing:
-        step.status = f"skipped ({', '.join(missing)} failed)"
+        step.status = f"skipped (no {', '.join(missing)})"
         step.done.set()
         return False
     log = log_of(step)
     say(f"{step.name}: started ({' '.join(step.command)}; output in {log.relative_to(REPO)})")
     step.start = time.monotonic() - T0
+    durations_of(step).unlink(missing_ok=True)
     with log.open("w") as out:
         code = subprocess.run(
             step.command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False
@@ -138,7 +150,7 @@ def run(step: Step) -> bool:
     if step.tier:
         durations = re.search(r"^=+ slowest .*?(?=^=+ )", text, re.M | re.S)
         if durations:
-            log.with_name(log.stem + "-durations.txt").write_text(durations.group(0))
+            durations_of(step).write_text(durations.group(0))
     lines = text.splitlines()
     shown = lines if step.tier or not step.ok else lines[-5:]
     with PRINT:
@@ -149,20 +161,20 @@ def run(step: Step) -> bool:
 
 
 def stream(steps: list[Step]) -> None:
-    for i, step in enumerate(steps):
-        if not run(step):
-            for rest in steps[i + 1 :]:
-                rest.status = f"skipped ({step.name} failed)"
-                rest.done.set()
-            return
+    for step in steps:
+        run(step)
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
 
 
 def table(steps: list[Step]) -> str:
-    rows = [f"{'step':<16} {'start':>7} {'took':>8}  status"]
+    rows = [f"{'step':<16} {'from':>6} {'took':>6}  status"]
     for s in steps:
-        took = f"{s.seconds / 60:5.1f} min" if s.status not in ("not run",) else ""
-        start = f"{s.start / 60:5.1f}" if s.start or s.seconds else ""
-        rows.append(f"{s.name:<16} {start:>7} {took:>8}  {s.status}")
+        ran = s.status not in ("not run",) and not s.status.startswith("skipped")
+        start, took = (minutes(s.start), minutes(s.seconds)) if ran else ("", "")
+        rows.append(f"{s.name:<16} {start:>6} {took:>6}  {s.status}")
     return "\n".join(rows)
 
 
@@ -180,16 +192,14 @@ def main() -> int:
     total = time.monotonic() - T0
     summary = (
         f"{table(list(STEPS.values()))}\n"
-        f"{'total':<16} {'':>7} {total / 60:5.1f} min  (load average now "
+        f"{'total':<16} {'':>6} {minutes(total):>6}  (load average now "
         f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} cores)"
     )
     (RESULTS / "timings.txt").write_text(summary + "\n")
-    print(f"\n======== how long each step took (minutes from the start) ========\n{summary}")
+    print(f"\n======== how long each step took (min:s, from the start) ========\n{summary}")
     for step in STEPS.values():
-        if step.tier and (RESULTS / f"{log_of(step).stem}-durations.txt").exists():
-            print(
-                f"  {step.name}: slowest tests in .test-results/{log_of(step).stem}-durations.txt"
-            )
+        if step.tier and durations_of(step).exists():
+            print(f"  {step.name}: slowest tests in {durations_of(step).relative_to(REPO)}")
     failed = [s.name for s in STEPS.values() if not s.ok]
     if failed:
         print(f"\nmake test FAILED: {', '.join(failed)}")
