@@ -44,6 +44,7 @@ from tests.support.unitset import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
@@ -184,7 +185,7 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
             )
 
         # SIGKILL one consumer that holds partitions: no release, no commit of its tail.
-        table = read_table(kubectl, namespace, "PartitionSet", "orders")
+        table = published(kubectl, namespace, "PartitionSet", "orders")
         victim = sorted(table.by_member())[0]
         victim_units = set(table.by_member()[victim])
         pid = wait_for(lambda: consumer_pid(namespace, victim), 10, f"{victim}'s process")
@@ -331,7 +332,7 @@ def test_a_consumer_cut_off_from_the_api_server_stops_before_its_partitions_move
     mine = [o for o in log if o.pod == victim and cut_at < o.time < lifted_at]
     # Taken by the hand-off timeout: the victim, cut off, released none of them itself.
     assert [o for o in mine if o.unit in moved and o.action in ("release", "stop")] == []
-    suspended = {}
+    suspended: dict[str, float] = {}
     for o in mine:
         if o.action == "suspend":
             suspended.setdefault(o.unit, o.time)

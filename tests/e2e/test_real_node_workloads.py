@@ -823,7 +823,7 @@ def test_a_worker_cut_off_under_keep_serving_overlaps_and_postgres_refuses_its_w
         assert len(refused) == len(lost)
         fence = _fence_tokens(server.dsn(), scope)
         with psycopg.connect(server.dsn()) as conn:
-            last_writers = dict(
+            last_writers: dict[str, str] = dict(
                 conn.execute(
                     "SELECT unit, pod FROM apportion_demo_requests WHERE scope = %s", (scope,)
                 ).fetchall()

@@ -19,6 +19,7 @@ from tests.support.unitset import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
@@ -112,7 +113,7 @@ def test_a_rolled_back_table_is_replaced_above_every_epoch_used(
 ) -> None:
     shard_set(kubectl, namespace, wait_for)
     old = json.loads(kubectl("get", "-n", namespace, "configmap", CM, "-o", "json").stdout)
-    old_epoch = read_table(kubectl, namespace, "ShardSet", "carts").epoch
+    old_epoch = published(kubectl, namespace, "ShardSet", "carts").epoch
     scale(kubectl, namespace, 4)
     newest = settled(kubectl, namespace, wait_for, 4)
     assert newest.epoch > old_epoch

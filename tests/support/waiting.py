@@ -13,7 +13,7 @@ T = TypeVar("T")
 
 
 def wait_for(
-    condition: Callable[[], T], timeout: float = 60.0, message: str = "condition not met"
+    condition: Callable[[], T | None], timeout: float = 60.0, message: str = "condition not met"
 ) -> T:
     """Poll `condition()` every 0.2 s and return its first truthy value, or fail the test with
     `message` after `timeout` seconds."""
