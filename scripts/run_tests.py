@@ -3,8 +3,9 @@
 The suite mostly waits (on API servers, pods, JVMs), so the tiers run at the same time instead
 of one after another, in three streams that start once the gates passed:
 
-    go     controlplane, tools, image, then the real-node tier (one real node per machine:
-           its tests and `make demo` run one at a time, in a pytest of their own)
+    go     controlplane, the real node's tools (containerd, metrics-server), image, then the
+           real-node tier (one real node per machine: its tests and `make demo` run one at a
+           time, in a pytest of their own)
     java   java (Maven build and JUnit suites), kafka-jars, then the unit tier
     e2e    once controlplane, java and kafka-jars are built: the simulator's e2e tier, in
            pytest-xdist workers with a dev-cluster each (a module stays on one worker)
@@ -34,6 +35,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / ".test-results"
 PYTEST = (str(REPO / ".venv" / "bin" / "pytest"), "--durations=25", "-p", "no:cacheprovider")
+APPORTION = str(REPO / ".venv" / "bin" / "apportion")
+# What every real-node test and `make demo` need before they start. The other Go tools (helm,
+# krew, kstatus, promtool, Flux) build in the background at the lowest CPU priority while the
+# tiers run (tests/support/prebuild.py), as compiling them up front would hold the real-node
+# tier back by a quarter of an hour of CPU the waiting tiers leave idle.
+NODE_TOOLS = ("containerd", "metrics-server")
 NO_TESTS = 5  # pytest's exit status when nothing was collected (or everything left out)
 # The simulator's tier: two workers, each with its own dev-cluster (ports, state directory and
 # pod addresses are its own); a module's tests stay on one worker, so its fixtures start once.
@@ -74,12 +81,12 @@ GATES = [
 STREAMS = {
     "go": [
         Step("controlplane", make("controlplane")),
-        Step("tools", make("tools")),
+        Step("node tools", (APPORTION, "dev-cluster", "tools", *NODE_TOOLS)),
         Step("image", make("image")),
         Step(
             "realnode tier",
             pytest("tests/e2e", "-m", "one_per_machine"),
-            needs=("controlplane", "tools", "image"),
+            needs=("controlplane", "node tools", "image"),
             tier=True,
         ),
     ],
