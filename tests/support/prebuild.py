@@ -89,7 +89,10 @@ class BackgroundBuild:
     def __init__(self, names: list[str]) -> None:
         log = log_path()
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as out:
+        # Appended to: make test's tiers run side by side, each may start a build of its own.
+        with log.open("a") as out:
+            out.write(f"\n== pid {os.getpid()}: {' '.join(names)}\n")
+            out.flush()
             self.process = subprocess.Popen(
                 [
                     *LOWEST_PRIORITY,
