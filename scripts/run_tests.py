@@ -143,9 +143,13 @@ def run(step: Step) -> bool:
     step.start = time.monotonic() - T0
     durations_of(step).unlink(missing_ok=True)
     with log.open("w") as out:
-        code = subprocess.run(
-            step.command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False
-        ).returncode
+        try:
+            code = subprocess.run(
+                step.command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, check=False
+            ).returncode
+        except OSError as error:  # no such command: a failed step, not a hung run
+            print(error, file=out)
+            code = 127
     step.seconds = time.monotonic() - T0 - step.start
     if code == 0:
         step.status = "ok"
