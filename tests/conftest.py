@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
 from tests.support import prebuild
@@ -21,6 +22,13 @@ from tests.support.postgres import PostgresServer
 from tests.support.tiers import cannot_run, tier
 
 HERE = Path(__file__).parent
+
+# make test runs the tiers side by side on a shared machine: Hypothesis' wall-clock checks (an
+# example's deadline, the too-slow health check) would fail a test for the machine's load, not
+# for anything it checks.
+settings.register_profile("apportion", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("apportion")
+
 LEFT_OUT = pytest.StashKey[str]()
 BACKGROUND = pytest.StashKey[prebuild.BackgroundBuild]()
 
