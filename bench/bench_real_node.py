@@ -46,7 +46,7 @@ def pod(name: str) -> str:
     )
 
 
-def timed(action) -> float:  # type: ignore[no-untyped-def]
+def timed(action) -> float:
     began = time.monotonic()
     action()
     return time.monotonic() - began
