@@ -364,6 +364,9 @@ def test_a_consumer_cut_off_from_the_api_server_stops_before_its_partitions_move
     # The broker keeps the new owners' commits: each moved partition's offset is one its new
     # owner logged, with the token it acquired the partition under.
     on_broker = committed_offsets(broker.bootstrap, GROUP, topic)
+    # Read after the broker: the new owners go on committing, so logs read before it may lack
+    # the offset it holds.
+    others_commits = [c for c in commits(dev_cluster, namespace, PODS) if c.pod != victim]
     for unit in moved:
         partition = int(unit)
         owner = max(
