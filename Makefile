@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
 	test krew \
-	unit e2e java bench lint crds monitoring argocd-health dashboard tutorial-pictures
+	unit e2e realnode java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
@@ -40,7 +40,7 @@ image: setup
 
 # Builds the Go tools the tests run (promtool, helm, krew, kstatus, Flux's source- and
 # kustomize-controller) once per version into ~/.cache/apportion. `make test` does not wait for
-# them: a test run builds what is missing in the background (tests/prebuild.py).
+# them: a test run builds what is missing in the background (tests/support/prebuild.py).
 tools: setup
 	$(BIN)/apportion dev-cluster tools
 
@@ -52,14 +52,22 @@ kafka-jars:
 demo: controlplane
 	$(BIN)/apportion demo
 
-test: lint controlplane java kafka-jars postgres-deps
-	$(BIN)/pytest tests --durations=25
+# The gates (setup, lint, postgres-deps), then three streams side by side: the Go builds and the
+# real-node tier; the Java build and the unit tier; the simulator's e2e tier in two pytest-xdist
+# workers once its builds are done (scripts/run_tests.py). Ends with how long each step took;
+# each tier's log and slowest tests are in .test-results/.
+test:
+	$(PYTHON) scripts/run_tests.py
 
+# One tier at a time, as the streams of `make test` run them.
 unit: setup postgres-deps
-	$(BIN)/pytest tests/unit
+	$(BIN)/pytest tests/unit --durations=25
 
 e2e: controlplane java kafka-jars
-	$(BIN)/pytest tests/e2e
+	$(BIN)/pytest tests/e2e -m "not one_per_machine" -n 2 --dist loadfile --durations=25
+
+realnode: controlplane tools image postgres-deps
+	$(BIN)/pytest tests/e2e -m one_per_machine --durations=25
 
 # The Java client (clients/java): builds it and runs its JUnit suite on the shared conformance
 # cases (conformance/), then installs it into the Maven cache for the Pekko integration
@@ -81,7 +89,7 @@ java: java-deps postgres-deps
 	mvn -q -B -Dmaven.repo.local=$(MAVEN_REPO) -f integrations/kafka-java/pom.xml install
 
 bench: setup kafka-jars
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python -m bench.run_all
 
 # Gates that fail the test run: ruff, mypy (strict on the api and engine layers, every module
 # of the package and the harness checked) and the import contracts.

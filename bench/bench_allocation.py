@@ -21,7 +21,7 @@ Targets: equal units -> floor after one plan, moves == lower bound (10k units, 1
 99 moves); loads -> max/mean <= 1.02 or the hot-unit floor; pure noise -> <= 0.5 % of units
 move per plan; moves <= 1.05 x optimum; plan < 50 ms at 10k x 100, < 250 ms at 100k x 1000.
 
-Run: .venv/bin/python bench/bench_allocation.py [--quick]
+Run: .venv/bin/python -m bench.bench_allocation [--quick]
 (--quick: 1k x 10 and 10k x 100 only, fewer plans; the full run adds 1k x 100, 10k x 10,
 10k x 1000, 100k x 100 and 100k x 1000. 1k units x 1000 members — one unit per member — is
 skipped: there is nothing to balance.)
@@ -31,10 +31,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -214,8 +212,7 @@ def _summary(label: str, n_units: int, n_members: int, history: list) -> None:
 def against_optimum() -> None:
     print("\n== Moves against the exact optimum (CP-SAT), 10 small instances ==")
     try:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "unit"))
-        from test_allocation_oracle import against_optimum
+        from tests.unit.test_allocation_oracle import against_optimum
     except ImportError as exc:
         print(f"skipped: {exc}")
         return

@@ -8,7 +8,7 @@ are mid hand-off. "stored" is what the API server counts against its 1 MiB limit
 decoded binaryData), "wire" the JSON form (binaryData in base64). Goals: <= 64 KiB at 10k
 units, <= 256 KiB at 100k. Also the cost of one hand-off `step` over the whole table.
 
-Run: .venv/bin/python bench/bench_assignment_size.py [--quick]
+Run: .venv/bin/python -m bench.bench_assignment_size [--quick]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
    watches over each phase: idle, a fixed population of activations, then activations churning
    (5/s per worker, 20 s lifetime: ~100 per worker, Poisson noise ~10 %).
 
-Run: .venv/bin/python bench/bench_grain_director.py [--quick] [--cluster]
+Run: .venv/bin/python -m bench.bench_grain_director [--quick] [--cluster]
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tests.support.unitset import WORKER_ACCOUNT, grant_worker_role
+
 from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
 from apportion.api.placement_table import (
     GrainTypeRef,
@@ -34,9 +36,6 @@ from apportion.api.placement_table import (
     TableStats,
 )
 from apportion.grains import PlacementDirector
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
 STRATEGIES = {
     "Random": {"name": "Random"},

@@ -10,7 +10,7 @@
    (`apportion.engine.grains.simulate_activations`).
 3. Grains moved when a member joins or leaves: HashBased (mod-n) against ConsistentHashBased.
 
-Run: .venv/bin/python bench/bench_grains.py [--quick] [--seeds N]
+Run: .venv/bin/python -m bench.bench_grains [--quick] [--seeds N]
 """
 
 from __future__ import annotations

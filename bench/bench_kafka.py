@@ -34,7 +34,7 @@ Every consumer logs the same lines (docs/kafka.md), read by one analysis for all
 `--runs N` (default 5, `--quick` 1) runs every side N times, the sides taking turns so that a
 busy moment of the machine does not fall on one side only; each cell then reads median (range).
 
-Run: PYTHONPATH=operator:devtools .venv/bin/python bench/bench_kafka.py [--quick] [--runs N]
+Run: .venv/bin/python -m bench.bench_kafka [--quick] [--runs N]
 [--side SIDE]... (`make kafka-jars` first: the broker runs from the cached jars.)
 """
 
@@ -55,12 +55,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "integrations/kafka"), str(REPO / "tests/e2e")]
-
-from kafka_broker import KafkaBroker  # noqa: E402
-from kafka_support import Produced, Producer, create_topic, processed  # noqa: E402
-from unitset_support import (  # noqa: E402
+from integrations.kafka.kafka_broker import KafkaBroker
+from tests.support.kafka import Produced, Producer, create_topic, processed
+from tests.support.unitset import (
     Operator,
     apply,
     get,
@@ -72,6 +69,7 @@ from unitset_support import (  # noqa: E402
     workers,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 PARTITIONS = 12
 PERIOD = 0.05
 WORK_TIME = 0.002
@@ -480,7 +478,7 @@ def main() -> int:
         """integrations/kafka-java's classes and dependencies (kafka-clients among them), and
         bench/KafkaGroupConsumer.java compiled against them, once."""
         if not java:
-            from java_support import classpath
+            from tests.support.java import classpath
 
             built = tempfile.mkdtemp(prefix="bench-kafka-java-")
             path = f"{built}:{classpath('integrations/kafka-java')}"

@@ -12,7 +12,7 @@ is built (``keys.NATIVE``), which the first line says — and, for comparison, o
   call: what any per-key Python API costs at least), batched from pre-encoded bytes, and from
   pre-computed 64-bit hashes (``multiply_shift`` alone), what a caller with hashed keys pays.
 
-Run: .venv/bin/python bench/bench_keys.py [--quick]
+Run: .venv/bin/python -m bench.bench_keys [--quick]
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@
    with 1000 sets over 5000 pods; RSS with 20 000 unrelated pods within 10 % of RSS without.
    It prints the curve, so the limit on a given machine can be read off.
 
-Run: .venv/bin/python bench/bench_operator.py [--quick]
-     .venv/bin/python bench/bench_operator.py --selection [--sets 100,250,500,1000]
+Run: .venv/bin/python -m bench.bench_operator [--quick]
+     .venv/bin/python -m bench.bench_operator --selection [--sets 100,250,500,1000]
          [--unrelated 20000]
 """
 
@@ -44,6 +44,7 @@ from lightkube import Client
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap, Pod
+from tests.support.unitset import grant_worker_role, unit_set, workers
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -52,9 +53,6 @@ from apportion.api.assignment import (
     decode_assignment,
 )
 from apportion_dev.devcluster import DevCluster
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "e2e"))
-from unitset_support import grant_worker_role, unit_set, workers
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,7 @@
 """Pekko Cluster Sharding placed by its own allocation strategy against Pekko following a
 ShardSet, on the same app and steps (figures, not asserts; docs/pekko.md shows them).
 
-Workload: the sample Counter app (integrations/pekko, tests/e2e/pekko_support.py) with 12
+Workload: the sample Counter app (integrations/pekko, tests/support/pekko.py) with 12
 shards, in process pods of a StatefulSet `pk` on one dev-cluster (pod simulator), each Ready once
 it is an Up member, 30 s grace period; four senders send numbered messages to 24 entities (two
 per shard) through pk-0 and pk-1, one at a time per entity, and send a message again when it got
@@ -42,7 +42,7 @@ Sides (`--side`, repeatable):
 `--runs N` (default 5, `--quick` 1) runs every side N times, the sides taking turns so that a
 busy moment of the machine does not fall on one side only; each cell then reads median (range).
 
-Run: PYTHONPATH=operator:devtools .venv/bin/python bench/bench_pekko.py [--quick] [--runs N]
+Run: .venv/bin/python -m bench.bench_pekko [--quick] [--runs N]
 [--side SIDE]... [--out FILE.json] (`make java` first, or it builds the Java trees).
 """
 
@@ -62,18 +62,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests/e2e")]
-
-from bench_kafka import (  # noqa: E402
-    from_json,
-    process_starts,
-    spread,
-    take_turns,
-    wait_until,
-    worker_namespace,
-)
-from pekko_support import (  # noqa: E402
+from tests.support.pekko import (
     SET,
     SHARDS,
     STS,
@@ -83,7 +72,7 @@ from pekko_support import (  # noqa: E402
     entity_log,
     fetch,
 )
-from unitset_support import (  # noqa: E402
+from tests.support.unitset import (
     Operator,
     apply,
     get,
@@ -92,8 +81,17 @@ from unitset_support import (  # noqa: E402
     worker_pid,
 )
 
-from apportion.engine.locate import locate  # noqa: E402
+from apportion.engine.locate import locate
+from bench.bench_kafka import (
+    from_json,
+    process_starts,
+    spread,
+    take_turns,
+    wait_until,
+    worker_namespace,
+)
 
+REPO = Path(__file__).resolve().parents[1]
 STEPS = ("first placement", "3 -> 5", "5 -> 2", "rolling restart", "SIGKILL")
 SIDES = ("pekko", "pekko-tuned", "apportion")
 PODS = [f"{STS}-{i}" for i in range(5)]
@@ -496,7 +494,7 @@ def main() -> int:
     # job's SIGINT is ignored).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     sides = [s for s in SIDES if s in (args.side or SIDES)]
-    from java_support import classpath
+    from tests.support.java import classpath
 
     from apportion_dev.devcluster import DevCluster
 

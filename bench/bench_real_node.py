@@ -3,7 +3,7 @@ Available), kubelet start to Node Ready, pod create to Ready, a 10-replica Deplo
 deletion (SIGTERM to gone), the operator installed from its manifests, and stop with clean-up.
 
 Needs Linux and root (one real node per machine: not while another runs).
-Run: .venv/bin/python bench/bench_real_node.py [--quick]
+Run: .venv/bin/python -m bench.bench_real_node [--quick]
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def pod(name: str) -> str:
     )
 
 
-def timed(action) -> float:  # type: ignore[no-untyped-def]
+def timed(action) -> float:
     began = time.monotonic()
     action()
     return time.monotonic() - began

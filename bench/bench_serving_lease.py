@@ -11,7 +11,7 @@ not asserts).
    worker stops serving (the lease's bound: at most the lease, at least 3/4 of it), and from
    SIGCONT until it serves again. Repeated; median and max.
 
-Run: .venv/bin/python bench/bench_serving_lease.py [--quick]
+Run: .venv/bin/python -m bench.bench_serving_lease [--quick]
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Quick mode by default (each script gets `--quick`; every bench script must accept it), so that
 `make bench` finishes in minutes on a 2-core machine; `--full` runs them as they run alone. The
 scripts run one after another, never in parallel, so that their timings do not disturb each
-other. Exit code 1 if any script failed; the summary says which.
+other, each as a module from the repository root (`python -m bench.bench_NAME`: they import the
+tests' helpers as `tests.support.*`). Exit code 1 if any script failed; the summary says which.
 
-Run: .venv/bin/python bench/run_all.py [--full] [NAME ...]   (NAME: e.g. keys, allocation)
+Run: .venv/bin/python -m bench.run_all [--full] [NAME ...]   (NAME: e.g. keys, allocation)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
 
 
 def scripts(names: list[str]) -> list[Path]:
@@ -38,13 +40,14 @@ def main() -> int:
     args = parser.parse_args()
     summary: list[tuple[str, int, float]] = []
     for script in scripts(args.names):
-        command = [sys.executable, str(script), *([] if args.full else ["--quick"])]
+        quick = [] if args.full else ["--quick"]
+        command = [sys.executable, "-m", f"bench.{script.stem}", *quick]
         print(
             f"\n######## {script.name} {'(full)' if args.full else '(quick)'} ########", flush=True
         )
         start = time.perf_counter()
         # Output streams straight through: long benchmarks show their tables as they go.
-        code = subprocess.run(command, check=False).returncode
+        code = subprocess.run(command, cwd=REPO, check=False).returncode
         summary.append((script.name, code, time.perf_counter() - start))
     print("\n######## summary ########")
     for name, code, seconds in summary:

@@ -1,6 +1,6 @@
 """Fixtures shared by unit and end-to-end tests: the Go tools they run (a run missing some builds
 them in the background while the tests that need none run first, see prebuild; it never skips)
-and a private PostgreSQL server (installed first where missing, see postgres_support).
+and a private PostgreSQL server (installed first where missing, see tests.support.postgres).
 
 The tiers (markers; README, "Tests"): `unit` (tests/unit: Python, Java and Maven, nothing else),
 `e2e` (tests/e2e on the dev-cluster: a real API server and the pod simulator, on Linux) and
@@ -13,24 +13,35 @@ import os
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
-import prebuild
 import pytest
-from postgres_support import PostgresServer
-from tiers import cannot_run, tier
+from hypothesis import HealthCheck, settings
 
 from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
+from tests.support import prebuild
+from tests.support.postgres import PostgresServer
+from tests.support.tiers import cannot_run, tier
 
 HERE = Path(__file__).parent
+
+# make test runs the tiers side by side on a shared machine: Hypothesis' wall-clock checks (an
+# example's deadline, the too-slow health check) would fail a test for the machine's load, not
+# for anything it checks.
+settings.register_profile("apportion", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("apportion")
+
 LEFT_OUT = pytest.StashKey[str]()
 BACKGROUND = pytest.StashKey[prebuild.BackgroundBuild]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     prebuild.order(items)
-    kept, left_out = [], []
+    kept: list[pytest.Item] = []
+    left_out: list[pytest.Item] = []
     for item in items:
         name = tier(item)
         item.add_marker(getattr(pytest.mark, name))
+        if name == "realnode":
+            item.add_marker(pytest.mark.one_per_machine)
         (left_out if cannot_run(name) else kept).append(item)
     if not left_out:
         return
@@ -45,7 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     names = prebuild.missing(session.items)
-    if names and not session.config.option.collectonly:
+    # Under pytest-xdist every worker collects the same tests: the first builds for all (the
+    # others' fixtures wait on the build's file lock, apportion_dev.devcluster.build.ensure).
+    first = os.environ.get("PYTEST_XDIST_WORKER", "gw0") == "gw0"
+    if names and first and not session.config.option.collectonly:
         session.config.stash[BACKGROUND] = prebuild.BackgroundBuild(names)
         print(f"\nbuilding {', '.join(names)} in the background (log: {prebuild.log_path()})")
 
@@ -111,7 +125,7 @@ def helm_binary(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def kstatus_binary(request: pytest.FixtureRequest) -> Path:
-    """sigs.k8s.io/cli-utils' kstatus as a command (devtools/go/kstatus; kstatus_support.py)."""
+    """sigs.k8s.io/cli-utils' kstatus as a command (devtools/go/kstatus; tests.support.kstatus)."""
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(KSTATUS) / "kstatus"

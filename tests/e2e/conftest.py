@@ -18,14 +18,15 @@ Fixtures
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
                bare Pods can be created at once, and the workers' ServiceAccount
-               (unitset_support.grant_worker_role); deleted after the test without waiting.
+               (tests.support.unitset.grant_worker_role); deleted after the test without waiting.
   wait_for     wait_for(condition, timeout=60.0, message="...") polls `condition()` every 0.2 s
                and returns its first truthy value, or fails the test with `message`.
   crds         (session) apportion's CRDs applied from crds/, Established and serving.
   helm         (session) helm(*args, check=True) runs the helm built from its Go module
                (tests/conftest.py helm_binary) with a private HOME, config, cache and data.
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
-               unitset_support.Operator); the test fails if it crashed or did not stop cleanly.
+               tests.support.unitset.Operator); the test fails if it crashed or did not stop
+               cleanly.
 
 Every test under tests/e2e is marked `e2e`, or `realnode` when it runs on the real node (tests/
 conftest.py; select or deselect with `-m e2e`, `-m "not realnode"`).
@@ -40,20 +41,19 @@ from __future__ import annotations
 import re
 import secrets
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
-from unitset_support import Operator, grant_worker_role
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import http_get
+from tests.support.unitset import Operator, grant_worker_role
+from tests.support.waiting import wait_for
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="session")
@@ -84,22 +84,9 @@ def kubectl(dev_cluster: DevCluster) -> Callable[..., Any]:
     return dev_cluster.kubectl
 
 
-def _wait_for(
-    condition: Callable[[], T], timeout: float = 60.0, message: str = "condition not met"
-) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"after {timeout:.0f}s: {message}")
-        time.sleep(0.2)
-
-
-@pytest.fixture
-def wait_for() -> Callable[..., Any]:
-    return _wait_for
+@pytest.fixture(name="wait_for")
+def wait_for_fixture() -> Callable[..., Any]:
+    return wait_for
 
 
 @pytest.fixture
@@ -108,7 +95,7 @@ def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterat
     name = f"{slug}-{secrets.token_hex(3)}"
     dev_cluster.kubectl("create", "namespace", name)
     account = f"{dev_cluster.server}/api/v1/namespaces/{name}/serviceaccounts/default"
-    _wait_for(
+    wait_for(
         lambda: http_get(account, token=dev_cluster.token, ca_file=dev_cluster.ca_file)[0] == 200,
         timeout=30,
         message=f"no default ServiceAccount in namespace {name}",
@@ -131,7 +118,7 @@ def crds(dev_cluster: DevCluster) -> None:
         "crd/partitionsets.apportion.dev",
         "crd/shardsets.apportion.dev",
     )
-    _wait_for(
+    wait_for(
         lambda: dev_cluster.kubectl("get", "apportion", "-A", check=False).returncode == 0,
         timeout=30,
         message="the apportion CRDs never served lists",

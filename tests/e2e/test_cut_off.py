@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from unitset_support import (
+
+from apportion.api.pods import DRAIN_ANNOTATION
+from tests.support.unitset import (
     Operator,
     apply,
     demo_worker,
@@ -35,8 +37,6 @@ from unitset_support import (
     worker_pid,
     workers,
 )
-
-from apportion.api.pods import DRAIN_ANNOTATION
 
 SET = "cuts"
 UNITS = 6

@@ -20,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -130,6 +132,7 @@ class Terminal:
         return self.output.decode(errors="replace").replace("\r\n", "\n")
 
 
+@pytest.mark.one_per_machine  # on a real node where the machine has one (root on Linux)
 def test_make_demo_runs_three_kinds_under_traffic_and_ctrl_c_stops_it_cleanly() -> None:
     terminal = Terminal("make", "--no-print-directory", "demo")
     try:
@@ -155,7 +158,9 @@ def test_make_demo_runs_three_kinds_under_traffic_and_ctrl_c_stops_it_cleanly() 
         kubeconfig = re.search(r"export KUBECONFIG=(\S+)", output)
         assert kubeconfig, output
         state_dir = Path(kubeconfig[1]).parent
-        demo = Demo(Path(kubeconfig[1]), Path(re.search(r"export PATH=(\S+?):", output)[1]))
+        kubectl_dir = re.search(r"export PATH=(\S+?):", output)
+        assert kubectl_dir, output
+        demo = Demo(Path(kubeconfig[1]), Path(kubectl_dir[1]))
         # CI runs as root on Linux: the demo runs on a real node, the operator as containers.
         assert "starting a local dev-cluster with a real node" in output
         demo.check_operator_runs_from_its_manifests()

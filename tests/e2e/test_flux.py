@@ -26,8 +26,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from flux_support import GitOps, SetWatch, apply_results, condition, managers
-from unitset_support import (
+
+from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.flux import Flux
+from apportion_dev.gitserver import GitServer
+from tests.support.flux import GitOps, SetWatch, apply_results, condition, managers
+from tests.support.unitset import (
     Ownership,
     demo_worker,
     get,
@@ -37,10 +41,6 @@ from unitset_support import (
     unit_set,
     workers,
 )
-
-from apportion_dev.devcluster import DevCluster
-from apportion_dev.devcluster.flux import Flux
-from apportion_dev.gitserver import GitServer
 
 SET = "fs"
 WORKERS = "fw"

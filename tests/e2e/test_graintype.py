@@ -30,7 +30,6 @@ import yaml
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import ConfigMap
-from unitset_support import WORKER_ACCOUNT, grant_worker_role
 
 from apportion.api.placement_table import (
     PlacementTableDocument,
@@ -39,6 +38,7 @@ from apportion.api.placement_table import (
 )
 from apportion.api.worker_report import parse
 from apportion_dev.devcluster.net import free_port
+from tests.support.unitset import WORKER_ACCOUNT, grant_worker_role
 
 API = "apportion.dev/v1alpha1"
 WORKERS = [f"w-{i}" for i in range(8)]
@@ -518,7 +518,7 @@ def test_an_overloaded_member_receives_nothing_new(fleet, wait_for):
         assert fleet.hosted(name)["w-7"] == 0
 
 
-def test_a_member_that_leaves_is_gone_from_the_table(fleet, wait_for):
+def test_a_member_that_leaves_is_gone_from_the_table(fleet, wait_for) -> None:
     fleet.apply(fleet.worker_pod("w-8", {ROLE: "web", "zone": "zone-a"}))
     wait_for(
         lambda: "w-8" in fleet.table("hash").member_names(),
@@ -527,13 +527,13 @@ def test_a_member_that_leaves_is_gone_from_the_table(fleet, wait_for):
     )
     client = Client(config=KubeConfig.from_file(fleet.cluster.kubeconfig))
     name = configmap_name("hash")
+    current = client.get(ConfigMap, name, namespace=fleet.namespace).metadata
+    assert current is not None
     events = client.watch(
         ConfigMap,
         namespace=fleet.namespace,
         fields={"metadata.name": name},
-        resource_version=client.get(
-            ConfigMap, name, namespace=fleet.namespace
-        ).metadata.resourceVersion,
+        resource_version=current.resourceVersion,
     )
     left: list[float] = []
 
@@ -566,7 +566,7 @@ def test_a_member_that_leaves_is_gone_from_the_table(fleet, wait_for):
     )
 
 
-def test_a_spec_change_is_published_at_once_and_followed_by_workers(fleet, wait_for):
+def test_a_spec_change_is_published_at_once_and_followed_by_workers(fleet, wait_for) -> None:
     before = fleet.wait_until_workers_see("local", wait_for)
     fleet.kubectl(
         "patch",

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from unitset_support import apply, condition, get, is_true, unit_set, workers
+
+from tests.support.unitset import apply, condition, get, is_true, unit_set, workers
 
 SELECTOR = {"matchLabels": {"app": "w"}}
 LONG = "a-very-long-set-name-" + "x" * 232  # 253 characters, the API server's limit

@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from java_support import CLIENT, classpath
-from unitset_support import WORKER_ACCOUNT
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -30,6 +28,8 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
+from tests.support.java import CLIENT, classpath
+from tests.support.unitset import WORKER_ACCOUNT
 
 ROOT = assignment_config_map("ShardSet", "carts")
 ACK = "apportion.dev/ack.shardset.carts"

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from kstatus_support import CURRENT, FAILED, IN_PROGRESS, kstatus_of
-from unitset_support import API, apply, condition, get, unit_set, workers
+from tests.support.kstatus import CURRENT, FAILED, IN_PROGRESS, kstatus_of
+from tests.support.unitset import API, apply, condition, get, unit_set, workers
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "statuses"
 RECORD = os.environ.get("APPORTION_RECORD_STATUSES") == "1"

@@ -12,17 +12,17 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from unitset_support import (
+from apportion.engine.keys import get_scheme
+from tests.support.unitset import (
     apply,
     counts,
     demo_worker,
+    published,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
-
-from apportion.engine.keys import get_scheme
 
 
 def plugin_runner(dev_cluster, namespace: str) -> Callable[..., str]:
@@ -61,13 +61,12 @@ def test_locate_top_drain_uncordon_history_and_plan(
     }
     apply(kubectl, namespace, unit_set("PartitionSet", "k", spec))
     kubectl("wait", "-n", namespace, "--for=condition=Balanced", "pset/k", "--timeout=60s")
-    published = read_table(kubectl, namespace, "PartitionSet", "k")
-    assert published is not None
+    placed = published(kubectl, namespace, "PartitionSet", "k")
 
     # locate: each key's unit under the set's key scheme, and that unit's owner in the table
     keys = ["order-1", "order-2", "cart-77"]
-    units = get_scheme(published.key_scheme).units(keys, 12).tolist()
-    owners = published.owners()
+    units = get_scheme(placed.key_scheme).units(keys, 12).tolist()
+    owners = placed.owners()
     expected = [f"{k}\t{u}\t{owners[str(u)]}" for k, u in zip(keys, units, strict=True)]
     assert plugin("locate", "pset/k", *keys).splitlines() == expected
 
@@ -83,7 +82,7 @@ def test_locate_top_drain_uncordon_history_and_plan(
     assert "draining" in plugin("drain", "kw-1")
     wait_for(
         lambda: (
-            counts(read_table(kubectl, namespace, "PartitionSet", "k"))
+            counts(published(kubectl, namespace, "PartitionSet", "k"))
             == {"kw-0": 6, "kw-1": 0, "kw-2": 6}
         ),
         60,
@@ -92,7 +91,7 @@ def test_locate_top_drain_uncordon_history_and_plan(
     assert "uncordoned" in plugin("uncordon", "kw-1")
     wait_for(
         lambda: (
-            counts(read_table(kubectl, namespace, "PartitionSet", "k"))
+            counts(published(kubectl, namespace, "PartitionSet", "k"))
             == {"kw-0": 4, "kw-1": 4, "kw-2": 4}
         ),
         60,

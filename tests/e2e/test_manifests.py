@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from unitset_support import workers
+
+from tests.support.unitset import workers
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"

@@ -14,13 +14,6 @@ from typing import Any
 import pytest
 from lightkube import AsyncClient, KubeConfig
 from lightkube.resources.core_v1 import Pod
-from metrics_support import (
-    install_pod_metrics_api,
-    metrics_server_pod,
-    pod_metrics_api,  # noqa: F401 (fixture)
-    publish_pod_metrics,
-    remove_pod_metrics_api,
-)
 
 from apportion.api.common import MetricsSpec
 from apportion.api.placement_table import TableStats
@@ -30,6 +23,13 @@ from apportion.api.worker_report import WorkerReport
 from apportion.controllers.load_collector import LoadCollector
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import free_port
+from tests.support.metrics import (
+    install_pod_metrics_api,
+    metrics_server_pod,
+    pod_metrics_api,  # noqa: F401 (fixture)
+    publish_pod_metrics,
+    remove_pod_metrics_api,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -3,7 +3,7 @@ operator stopped or uninstalled a GitOps prune or `kubectl delete namespace` goe
 
 from __future__ import annotations
 
-from unitset_support import apply, get, unit_set, workers
+from tests.support.unitset import apply, get, unit_set, workers
 
 SELECTOR = {"matchLabels": {"app": "w"}}
 SETS = {

@@ -13,7 +13,10 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from unitset_support import (
+
+from apportion.api.assignment import AssignmentTable, Incarnation
+from apportion.engine.handoff import make_ack, owned_units, releasing_units
+from tests.support.unitset import (
     Operator,
     apply,
     counts,
@@ -23,14 +26,12 @@ from unitset_support import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentTable, Incarnation
-from apportion.engine.handoff import make_ack, owned_units, releasing_units
 
 LEASE = "apportion-ha"
 SPEC = {
@@ -161,7 +162,7 @@ def test_standby_finishes_a_hand_off_acknowledged_while_no_operator_runs(
         ack = make_ack(in_flight, me).to_annotation()
         patch = {"metadata": {"annotations": {annotation: ack}}}
         kubectl("patch", "-n", namespace, "pod", owner, "--type=merge", "-p", json.dumps(patch))
-    still = read_table(kubectl, namespace, "PartitionSet", "ha")
+    still = published(kubectl, namespace, "PartitionSet", "ha")
     assert still.epoch == in_flight.epoch, "nobody may act while no operator is active"
 
     finished_by_standby(operators, in_flight, namespace, kubectl, wait_for)

@@ -8,7 +8,8 @@ import subprocess
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from unitset_support import apply, demo_worker, get, ready_pods, unit_set, workers
+
+from tests.support.unitset import apply, demo_worker, get, ready_pods, unit_set, workers
 
 EXPECTED = {
     # name in the exposition → documented in docs/operations.md

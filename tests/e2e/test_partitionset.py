@@ -8,7 +8,8 @@ import re
 from collections import Counter
 
 import pytest
-from unitset_support import (
+
+from tests.support.unitset import (
     apply,
     condition,
     counts,
@@ -18,6 +19,7 @@ from unitset_support import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     serving,
@@ -50,7 +52,7 @@ def demo(operator, dev_cluster, namespace, kubectl, wait_for):
     def served() -> bool:
         owners = {
             u: s.owner
-            for u, s in read_table(kubectl, namespace, "PartitionSet", "demo").units.items()
+            for u, s in published(kubectl, namespace, "PartitionSet", "demo").units.items()
         }
         return serving(ownership_log(dev_cluster, namespace, pods, SET)) == owners
 
@@ -99,7 +101,7 @@ def test_placed_evenly_then_scaled_out_with_the_fewest_acknowledged_moves(
         "EPOCH": "",
         "AGE": "",
     }
-    before = read_table(kubectl, namespace, "PartitionSet", "demo")
+    before = published(kubectl, namespace, "PartitionSet", "demo")
     assert counts(before) == {"dw-0": 8, "dw-1": 8, "dw-2": 8, "dw-3": 8}
     assert int(cells["EPOCH"]) == before.epoch == status["epoch"]
     configmap = get(kubectl, namespace, "configmap", status["assignmentConfigMap"])
@@ -165,7 +167,7 @@ def test_placed_evenly_then_scaled_out_with_the_fewest_acknowledged_moves(
 def test_units_of_a_deleted_pod_move_at_once(
     demo, dev_cluster, namespace, kubectl, wait_for
 ) -> None:
-    before = read_table(kubectl, namespace, "PartitionSet", "demo")
+    before = published(kubectl, namespace, "PartitionSet", "demo")
     victim_uid = before.member_uids["dw-1"]
     units = set(before.by_member()["dw-1"])
     kubectl("delete", "pod", "-n", namespace, "dw-1", "--wait=false")

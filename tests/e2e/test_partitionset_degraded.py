@@ -9,7 +9,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from unitset_support import (
+from apportion.api.assignment import Ack, AssignmentTable
+from tests.support.unitset import (
     apply,
     condition,
     counts,
@@ -17,13 +18,12 @@ from unitset_support import (
     events,
     get,
     is_true,
+    published,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import Ack, AssignmentTable
 
 
 def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
@@ -34,7 +34,7 @@ def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
     spec = {"partitions": 12, "selector": {"matchLabels": {"app": "w"}}}
     apply(kubectl, namespace, unit_set("PartitionSet", "orders", spec))
     wait_for(lambda: is_true(get(kubectl, namespace, "pset", "orders"), "Balanced"), 60, "Balanced")
-    good = read_table(kubectl, namespace, "PartitionSet", "orders")
+    good = published(kubectl, namespace, "PartitionSet", "orders")
     assert counts(good) == {"w-0": 4, "w-1": 4, "w-2": 4}
 
     patch = {"spec": {"selector": {"matchLabels": {"app": "typo"}}}}
@@ -57,7 +57,7 @@ def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
         "lastTransitionTime": None,
     }
     assert obj["status"]["members"] == 0 and obj["status"]["epoch"] == good.epoch
-    kept = read_table(kubectl, namespace, "PartitionSet", "orders")
+    kept = published(kubectl, namespace, "PartitionSet", "orders")
     assert kept.epoch == good.epoch and kept.owners() == good.owners()
     warnings = [e for e in events(kubectl, namespace, "orders") if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["NoMembers"]
@@ -71,7 +71,7 @@ def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
         return fresh and is_true(obj, "Ready") and not is_true(obj, "Degraded")
 
     wait_for(recovered, 30, "Ready again with members back")
-    back = read_table(kubectl, namespace, "PartitionSet", "orders")
+    back = published(kubectl, namespace, "PartitionSet", "orders")
     assert back.owners() == good.owners() and back.epoch >= good.epoch
 
 

@@ -4,7 +4,8 @@ than the others ends up alone-ish on its pod, which unit counts alone would neve
 from __future__ import annotations
 
 import pytest
-from unitset_support import (
+
+from tests.support.unitset import (
     apply,
     counts,
     demo_worker,

@@ -16,8 +16,11 @@ from collections import Counter
 
 import pytest
 import xxhash
-from counting_clients import CountingClients
-from unitset_support import (
+
+from apportion.api.assignment import AssignmentTable
+from apportion_dev.devcluster.net import http_get_json
+from tests.support.counting_clients import CountingClients
+from tests.support.unitset import (
     Ownership,
     apply,
     condition,
@@ -28,14 +31,12 @@ from unitset_support import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentTable
-from apportion_dev.devcluster.net import http_get_json
 
 SET = "PartitionSet/rs"
 PODS = [f"rw-{i}" for i in range(6)]
@@ -131,7 +132,7 @@ def starts_at(log: list[Ownership], token: int) -> list[float]:
 def test_split_spread_and_merge_under_traffic(
     elastic, dev_cluster, namespace, kubectl, wait_for
 ) -> None:
-    before = read_table(kubectl, namespace, "PartitionSet", "rs")
+    before = published(kubectl, namespace, "PartitionSet", "rs")
     assert before.count == 32 and counts(before) == {f"rw-{i}": 8 for i in range(4)}
     clients = CountingClients(lambda: addresses(kubectl, namespace), KEYS, INTERVAL)
     clients.start()
@@ -141,11 +142,11 @@ def test_split_spread_and_merge_under_traffic(
         # x4 split: one write, every child on its parent's pod.
         started = patch_count(kubectl, namespace, 128)
         split = wait_for(
-            lambda: (t := read_table(kubectl, namespace, "PartitionSet", "rs")).count == 128 and t,
+            lambda: (t := published(kubectl, namespace, "PartitionSet", "rs")).count == 128 and t,
             60,
             "the table with 128 units",
         )
-        published = time.time() - started
+        published_after = time.time() - started
         assert split.lineage is not None and split.lineage.from_count == 32
         moved_by_split = [
             u for u in split.units if split.units[u].owner != before.units[str(int(u) // 4)].owner
@@ -168,7 +169,8 @@ def test_split_spread_and_merge_under_traffic(
         assert any(e["reason"] == "Resharded" for e in events(kubectl, namespace, "rs"))
         print(
             f"\nx4 split: moves caused by the split {len(moved_by_split)}; after the spec "
-            f"change: table published {published:.1f}s, first increment counted under 128 units "
+            f"change: table published {published_after:.1f}s, first increment counted under 128 "
+            f"units "
             f"{first - started:.2f}s, every pod serving its children {all_served:.2f}s"
         )
 
@@ -181,7 +183,8 @@ def test_split_spread_and_merge_under_traffic(
             # The status must speak of the table read (its epoch), not of an earlier one.
             done = obj["status"].get("members") == members and is_true(obj, "Balanced")
             done = done and obj["status"].get("epoch") == (found and found.epoch)
-            return found if done and found.count == count and not found.releasing() else None
+            settled = found is not None and found.count == count and not found.releasing()
+            return found if done and settled else None
 
         spread = wait_for(lambda: balanced(128, 6), 120, "128 units balanced over 6 pods")
         moved = [u for u in spread.units if spread.units[u].owner != split.units[u].owner]

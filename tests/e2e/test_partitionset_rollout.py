@@ -8,13 +8,14 @@ import json
 import time
 from datetime import datetime
 
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     condition,
     counts,
     events,
     get,
     is_true,
+    published,
     read_table,
     ready_pods,
     unit_set,
@@ -43,7 +44,7 @@ def test_rolling_update_holds_rebalancing_but_moves_units_of_replaced_pods(
         60,
         "Balanced before the rollout",
     )
-    before = read_table(kubectl, namespace, "PartitionSet", "roll")
+    before = published(kubectl, namespace, "PartitionSet", "roll")
     old_uids = dict(before.member_uids)
 
     patch = {"spec": {"template": {"metadata": {"annotations": {"rev": "2"}}}}}

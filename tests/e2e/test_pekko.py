@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from java_support import classpath
-from pekko_support import (
+
+from apportion.api.assignment import assignment_config_map
+from apportion.engine.locate import locate
+from tests.support.java import classpath
+from tests.support.pekko import (
     SET,
     SHARDS,
     STS,
@@ -34,19 +37,17 @@ from pekko_support import (
     pod_url,
     twice_alive,
 )
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     cut_api_route,
     events,
     get,
     is_true,
+    published,
     read_table,
     unit_set,
     worker_pid,
 )
-
-from apportion.api.assignment import assignment_config_map
-from apportion.engine.locate import locate
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,7 +152,7 @@ def test_pekko_follows_the_shardset_while_scaling(
         assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // replicas)
     # A rolling restart while messages flow: every pod replaced, the new ones join the cluster
     # of the pods still running (never one of their own), and the shards follow the table.
-    before = dict(read_table(kubectl, namespace, "ShardSet", SET).member_uids)
+    before = dict(published(kubectl, namespace, "ShardSet", SET).member_uids)
     kubectl("rollout", "restart", "-n", namespace, "statefulset", STS)
     start = time.monotonic()
     final = wait_for(
@@ -423,7 +424,7 @@ def test_a_sigkilled_node_restarted_in_place_gets_its_shards_back(
 
     sent, log = all_messages_logged(dev_cluster, namespace, pods, traffic, wait_for)
     # SIGKILL ended pk-2's entities, which its log cannot say.
-    alive = set()
+    alive: set[str] = set()
     for t, action, entity, pod, _ in log:
         if pod == victim and action in ("start", "stop") and t < killed_at:
             (alive.add if action == "start" else alive.discard)(entity)

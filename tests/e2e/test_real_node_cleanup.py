@@ -122,7 +122,7 @@ def start_and_kill(state_dir: Path, nodes: int) -> None:
 @pytest.fixture
 def no_real_node_yet() -> dict[str, object]:
     before = machine_state()
-    assert not any(before["processes"].values()), (  # type: ignore[union-attr]
+    assert not any(before["processes"].values()), (  # type: ignore[attr-defined]
         "a real node already runs on this machine; this test must run before the session's "
         f"real node starts: {before['processes']}"
     )

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 import yaml
-from flux_support import GitOps, SetWatch, apply_results, condition, managers
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.realnode.images import for_real_node
 from apportion_dev.gitserver import GitServer
+from tests.support.flux import GitOps, SetWatch, apply_results, condition, managers
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"

@@ -24,13 +24,13 @@ from typing import Any
 import psycopg
 import pytest
 import yaml
-from postgres_support import PostgresServer
-from unitset_support import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
 from apportion_dev.devcluster import DevCluster, KubectlError
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.devcluster.realnode.images import IMAGE, for_real_node
 from apportion_dev.devcluster.realnode.node import NODE_NAME
+from tests.support.postgres import PostgresServer
+from tests.support.unitset import Ownership, overlap_spans, overlaps, ownership_lines, read_table
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"
@@ -823,7 +823,7 @@ def test_a_worker_cut_off_under_keep_serving_overlaps_and_postgres_refuses_its_w
         assert len(refused) == len(lost)
         fence = _fence_tokens(server.dsn(), scope)
         with psycopg.connect(server.dsn()) as conn:
-            last_writers = dict(
+            last_writers: dict[str, str] = dict(
                 conn.execute(
                     "SELECT unit, pod FROM apportion_demo_requests WHERE scope = %s", (scope,)
                 ).fetchall()

@@ -21,13 +21,13 @@ from urllib.parse import urlparse
 
 import pytest
 import yaml
-from unitset_support import Ownership, overlaps, ownership_lines
 
 from apportion_dev.devcluster import DevCluster, KubectlError
 from apportion_dev.devcluster.realnode import host
 from apportion_dev.devcluster.realnode.host import GATEWAY
 from apportion_dev.devcluster.realnode.images import for_real_node
 from apportion_dev.devcluster.realnode.node import NODE_NAME, ZONE_LABEL, NodeSpec
+from tests.support.unitset import Ownership, overlaps, ownership_lines
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unitset_support import (
+
+from apportion.api.assignment import AssignmentTable
+from tests.support.unitset import (
     Ownership,
     apply,
     demo_worker,
@@ -36,8 +38,6 @@ from unitset_support import (
     worker_pid,
     workers,
 )
-
-from apportion.api.assignment import AssignmentTable
 
 SET = "rip"
 PODS = [f"{SET}-{i}" for i in range(3)]

@@ -6,20 +6,19 @@ from __future__ import annotations
 
 from collections import Counter
 
-from unitset_support import (
+from apportion.api.common import seconds
+from tests.support.unitset import (
     apply,
     demo_worker,
     get,
     is_true,
     ownership_log,
-    read_table,
+    published,
     ready_pods,
     serving,
     unit_set,
     workers,
 )
-
-from apportion.api.common import seconds
 
 SET = "PartitionSet/grow"
 
@@ -67,7 +66,7 @@ def test_a_scale_up_waits_for_its_last_pod_and_moves_each_unit_once(
     def served(pods: list[str]) -> dict[str, str] | None:
         owners = {
             u: s.owner
-            for u, s in read_table(kubectl, namespace, "PartitionSet", "grow").units.items()
+            for u, s in published(kubectl, namespace, "PartitionSet", "grow").units.items()
         }
         log = ownership_log(dev_cluster, namespace, pods, SET)
         obj = get(kubectl, namespace, "pset", "grow")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 
-from unitset_support import (
+from tests.support.unitset import (
     apply,
     counts,
     demo_worker,
@@ -17,6 +17,7 @@ from unitset_support import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
@@ -43,7 +44,7 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
     }
     apply(kubectl, namespace, unit_set("ShardSet", "carts", spec))
     kubectl("wait", "-n", namespace, "--for=condition=Balanced", "sset/carts", "--timeout=60s")
-    first = read_table(kubectl, namespace, "ShardSet", "carts")
+    first = published(kubectl, namespace, "ShardSet", "carts")
     assert sorted(counts(first).values()) == [333, 333, 334]
     assert first.key_scheme == "akka" and first.count == SHARDS
 

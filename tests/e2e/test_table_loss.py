@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from unitset_support import (
+from apportion.api.assignment import AssignmentFormatError, assignment_config_map
+from tests.support.unitset import (
     Operator,
     apply,
     condition,
@@ -18,13 +19,12 @@ from unitset_support import (
     is_true,
     overlaps,
     ownership_log,
+    published,
     read_table,
     ready_pods,
     unit_set,
     workers,
 )
-
-from apportion.api.assignment import AssignmentFormatError, assignment_config_map
 
 CM = assignment_config_map("ShardSet", "carts")
 PODS = [f"cw-{i}" for i in range(5)]
@@ -113,7 +113,7 @@ def test_a_rolled_back_table_is_replaced_above_every_epoch_used(
 ) -> None:
     shard_set(kubectl, namespace, wait_for)
     old = json.loads(kubectl("get", "-n", namespace, "configmap", CM, "-o", "json").stdout)
-    old_epoch = read_table(kubectl, namespace, "ShardSet", "carts").epoch
+    old_epoch = published(kubectl, namespace, "ShardSet", "carts").epoch
     scale(kubectl, namespace, 4)
     newest = settled(kubectl, namespace, wait_for, 4)
     assert newest.epoch > old_epoch

@@ -15,8 +15,6 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
-from unitset_support import WORKER_ACCOUNT
-
 from apportion.api.assignment import (
     Ack,
     AssignmentTable,
@@ -29,6 +27,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.worker_report import WorkerReport
+from tests.support.unitset import WORKER_ACCOUNT
 
 KIND, SET = "PartitionSet", "demo"
 ACK_KEY = ack_annotation_key(KIND, SET)

@@ -4,7 +4,7 @@ worker's token bound to its Pod (`kubectl create token --bound-object-kind Pod`,
 is) may write its own Pod's ack annotations and apportion's unit-state Leases held in its own
 name, and nothing else: each refusal names the policy and what is allowed. Tokens the pod
 simulator gives to process pods are exercised by every worker e2e test (they all run under this
-policy, unitset_support.grant_worker_role), the real kubelet's by test_real_node_workloads."""
+policy, tests.support.unitset.grant_worker_role), the real kubelet's by test_real_node_workloads."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from unitset_support import WORKER_ACCOUNT
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
+from tests.support.unitset import WORKER_ACCOUNT
 
 POLICY = "apportion-worker-writes"
 ACK = "apportion.dev/ack.shardset.carts"

@@ -6,7 +6,6 @@ synthetic series, each alert firing when it should and staying silent when it sh
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -289,11 +288,8 @@ def test_the_rules_file_and_the_prometheus_rule_pass_promtool_check(
 
 
 def test_the_prometheus_rule_is_generated_from_the_rules_file() -> None:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import prometheus_rule
-    finally:
-        sys.path.pop(0)
+    from scripts import prometheus_rule
+
     assert (MONITORING / "prometheusrule.yaml").read_text() == prometheus_rule.render(), (
         "stale: run `make monitoring`"
     )

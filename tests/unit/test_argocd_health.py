@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +36,8 @@ KINDS = ("GrainType", "PartitionSet", "ShardSet")
 
 def generator() -> Any:
     """scripts/argocd_health.py, which writes the checked-in files."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import argocd_health
-    finally:
-        sys.path.pop(0)
+    from scripts import argocd_health
+
     return argocd_health
 
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from fake_apiserver import FakeApiServer, serving
 
 from apportion import listwatch
 from apportion.api.common import LabelSelector
 from apportion.api.pods import WorkerPod
 from apportion.controllers.caches import SelectedCache, Want
+from tests.unit.fake_apiserver import FakeApiServer, serving
 
 
 def selector(**labels: str) -> LabelSelector:

@@ -70,4 +70,4 @@ def test_kstatus_is_built_from_its_own_module_and_rebuilt_when_its_source_change
     assert kstatus.targets == ("apportion.dev/kstatus",)
     assert kstatus.stamp["kstatus"] == "v0.37.2"
     assert kstatus.directory.name == "kstatus-v0.37.2"
-    assert set(kstatus.stamp["sources"]) == {"main.go"}  # type: ignore[arg-type]
+    assert set(kstatus.stamp["sources"]) == {"main.go"}  # type: ignore[call-overload]

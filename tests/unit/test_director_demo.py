@@ -11,11 +11,11 @@ import socket
 
 import aiohttp
 from aiohttp import web
-from test_director import members, table
 
 from apportion.api.worker_report import WorkerReport, parse, render
 from apportion.grains import PlacementDirector
 from apportion_dev.grains.grain_app import DEMO_METRIC_HELP, DriveSpec, GrainDemo
+from tests.unit.test_director import members, table
 
 HOSTS = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from test_director import director, members, table
-
 from apportion.cli.explain import format_explanation
+from tests.unit.test_director import director, members, table
 
 
 def test_human_output_names_table_filters_exclusions_and_scores() -> None:

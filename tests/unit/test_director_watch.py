@@ -9,12 +9,12 @@ import asyncio
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, serving
-from test_director import table
 
 from apportion import listwatch
 from apportion.api.placement_table import to_configmap
 from apportion.grains import PlacementDirector
+from tests.unit.fake_apiserver import FakeApiServer, serving
+from tests.unit.test_director import table
 
 
 def cm(name: str, version: int, strategy: str = "PreferLocal") -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""`apportion.fencing` against a real PostgreSQL server (tests/postgres_support.py): the shared
+"""`apportion.fencing` against a real PostgreSQL server (tests/support/postgres.py): the shared
 cases of conformance/fencing (the Java client's `PostgresFenceTest` plays the same files),
 competing writers on many connections judged by the commit order the database records, a
 hypothesis property against an in-memory model, and the guards of the API."""
@@ -21,9 +21,9 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from postgres_support import PostgresServer
 
 from apportion.fencing import AsyncFence, Fence, StaleToken
+from tests.support.postgres import PostgresServer
 
 CASES = sorted((Path(__file__).resolve().parents[2] / "conformance" / "fencing").glob("*.json"))
 

@@ -102,4 +102,4 @@ def test_from_dict_reads_the_camel_case_table() -> None:
 )
 def test_impossible_statistics_are_rejected(kwargs: dict[str, float]) -> None:
     with pytest.raises(ValueError, match=r"validation error for TableStats"):
-        TableStats(**kwargs)  # type: ignore[arg-type]
+        TableStats(**kwargs)

@@ -44,7 +44,7 @@ def _consumer(
         listener=listener,
     )
     kafka = _Kafka()
-    consumer._consumer = kafka  # type: ignore[assignment]
+    consumer._consumer = kafka
     consumer.worker.token = lambda unit: 4  # type: ignore[method-assign]
     consumer.worker.lease_holds = lambda unit=None: lease_holds  # type: ignore[method-assign]
     table = SimpleNamespace(
@@ -106,12 +106,12 @@ class Recorder(ConsumerListener):
         self.told: list[tuple] = []
         self.fail = fail
 
-    def ownership(self, action, partition, epoch, token, offset) -> None:  # type: ignore[no-untyped-def]
+    def ownership(self, action, partition, epoch, token, offset) -> None:
         self.told.append((action, partition, epoch, token, offset))
         if self.fail:
             raise RuntimeError("a listener bug")
 
-    def committed(self, partition, epoch, token, offset) -> None:  # type: ignore[no-untyped-def]
+    def committed(self, partition, epoch, token, offset) -> None:
         self.told.append(("committed", partition, token, offset))
 
 

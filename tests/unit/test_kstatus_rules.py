@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import yaml
-from kstatus_support import CURRENT, FAILED, IN_PROGRESS, kstatus, kstatus_of
 
 from apportion.api import PartitionSet, ShardSet
 from apportion.api.assignment import ResourceRef
@@ -31,6 +30,7 @@ from apportion.engine.grains.status import blocked_status, build_status, invalid
 from apportion.engine.kstatus import blocked_conditions
 from apportion.engine.set_pass import PassInput, PassResult, Problem, initial_table, plan_pass
 from apportion.engine.set_status import StatusInput, unit_set_status
+from tests.support.kstatus import CURRENT, FAILED, IN_PROGRESS, kstatus, kstatus_of
 
 NOW = 1_700_000_000.0
 WALL = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, serving
 from lightkube.resources.core_v1 import ConfigMap
 
 from apportion import listwatch
 from apportion.listwatch import EventType, ListWatch, Selection, Timing
+from tests.unit.fake_apiserver import FakeApiServer, serving
 
 
 @dataclass(frozen=True)

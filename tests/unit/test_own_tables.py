@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from fake_apiserver import FakeApiServer, serving
 
 from apportion import listwatch
 from apportion.controllers import own_tables
 from apportion.controllers.own_tables import TABLE_REREAD, OwnTables
 from apportion.publishing.configmaps import PART_LABEL, SET_KIND_LABEL
+from tests.unit.fake_apiserver import FakeApiServer, serving
 
 KEY = "PartitionSet/ns/demo"
 ROOT = "demo-partitionset-assignment"

@@ -11,8 +11,6 @@ import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_assignment_format import schema
-from test_unitset_pass import REF, acked, pset, run, settle, workers
 
 from apportion.api.assignment import (
     AssignmentFormatError,
@@ -27,6 +25,8 @@ from apportion.engine.keys import get_scheme
 from apportion.engine.reshard import hash_range, next_count, reshape
 from apportion.engine.set_pass import initial_table
 from apportion.engine.set_status import StatusInput, unit_set_status
+from tests.unit.test_assignment_format import schema
+from tests.unit.test_unitset_pass import REF, acked, pset, run, settle, workers
 
 SCHEME = get_scheme("apportion")
 KEYS = [f"order-{i}" for i in range(4000)]
@@ -262,9 +262,8 @@ def test_a_merge_loads_the_siblings_this_process_does_not_hold() -> None:
 
 
 def test_locate_answers_from_a_table_mid_resharding(spec32: Any, tmp_path: Any) -> None:
-    from test_cli_locate_plan import apportion
-
     from apportion.api.assignment import encode_assignment
+    from tests.unit.test_cli_locate_plan import apportion
 
     members = workers(3)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)

@@ -17,11 +17,9 @@ and every process serves only keys whose state it holds, unless it lost the key 
 
 from __future__ import annotations
 
-import test_handoff_model
 from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
-from test_handoff_model import SET, TIMEOUT, HandoffModel
 
 from apportion.api.assignment import AssignmentTable
 from apportion.api.pods import WorkerPod
@@ -36,6 +34,8 @@ from apportion.engine.handoff import (
     supersedes,
 )
 from apportion.engine.reshard import gather_targets, next_lineage, progress, reshape, resharded
+from tests.unit import test_handoff_model
+from tests.unit.test_handoff_model import SET, TIMEOUT, HandoffModel
 
 FINE = 8
 KEYS = range(FINE)

@@ -7,8 +7,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from test_unitset_pass import REF, pods, pset, workers
-
 from apportion.api.pods import WorkerPod
 from apportion.engine.set_loop import (
     Gathered,
@@ -20,6 +18,7 @@ from apportion.engine.set_loop import (
 )
 from apportion.engine.set_pass import PassInput, Problem, initial_table, plan_pass
 from apportion.engine.set_state import SetState
+from tests.unit.test_unitset_pass import REF, pods, pset, workers
 
 NOW = 1_000.0
 

@@ -216,15 +216,15 @@ class PassModel(RuleBasedStateMachine):
         assert table.count == self.partitions, "the count change ends"
         for unit, state in table.units.items():
             assert state.releasing is None, f"unit {unit} still in hand-off"
-            pod = self.pods.get(state.owner or "")
-            assert pod is not None and pod.uid == table.member_uids.get(state.owner or ""), (
+            owner = self.pods.get(state.owner or "")
+            assert owner is not None and owner.uid == table.member_uids.get(state.owner or ""), (
                 f"unit {unit} has no live owner after settling: {state.owner}"
             )
-            assert not pod.terminating, f"unit {unit} stays on terminating {state.owner}"
+            assert not owner.terminating, f"unit {unit} stays on terminating {state.owner}"
             # Balanced moves the units of a not-ready member; LeastShards and
             # ConsistentHashing leave them with it, as Akka does with an unreachable member.
             if self.strategy == "Balanced":
-                assert pod.ready, f"unit {unit} stays on not-ready {state.owner}"
+                assert owner.ready, f"unit {unit} stays on not-ready {state.owner}"
         event("settled")
 
     # ---------------------------------------------------------------------------- the oracle

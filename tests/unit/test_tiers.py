@@ -1,15 +1,16 @@
-"""The test tiers (tests/tiers.py): a laptop leaves out what needs Linux or root, and says why."""
+"""The test tiers (tests/support/tiers.py): a laptop leaves out what needs Linux or root, and says
+why."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import tiers
 
-TESTS = Path(tiers.__file__).parent
+from tests.support import tiers
+
+TESTS = tiers.TESTS
 
 
 def item(path: str, *fixtures: str) -> SimpleNamespace:

@@ -1,5 +1,5 @@
 """The demo worker's synthetic load (profiles, request rates), its command line, and its
-fenced writes to a real PostgreSQL (tests/postgres_support.py)."""
+fenced writes to a real PostgreSQL (tests/support/postgres.py)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import psycopg
 import pytest
-from postgres_support import PostgresServer, free_port
 
 from apportion.api.assignment import AssignmentTable, ResourceRef
 from apportion_dev.worker.unit_app import DemoWorker, LoadProfile, RequestRates
+from tests.support.postgres import PostgresServer, free_port
 
 
 def test_profiles_give_each_unit_the_same_load_on_every_worker() -> None:

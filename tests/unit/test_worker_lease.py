@@ -13,12 +13,12 @@ import pytest
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 from lightkube.resources.core_v1 import ConfigMap, Pod
-from test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, serving, theirs
 
 from apportion.api.assignment import AssignmentTable
 from apportion.api.worker_report import WorkerReport
 from apportion.worker._lease import boot_clock
 from apportion.worker._worker import Hooks, Worker, WorkerOptions
+from tests.unit.test_worker_release import ME, OTHER, REF, FakeApi, leaving, mine, serving, theirs
 
 LEASE = 0.4  # seconds: confirmations every 0.1 s
 

@@ -8,7 +8,6 @@ import asyncio
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer
 from lightkube.resources.core_v1 import ConfigMap, Pod
 
 from apportion.api.assignment import (
@@ -24,6 +23,7 @@ from apportion.api.assignment import (
 from apportion.api.worker_report import RELEASE_FAILURES, WorkerReport
 from apportion.worker import _worker as worker_module
 from apportion.worker._worker import Hooks, Worker, WorkerOptions
+from tests.unit.fake_apiserver import FakeApiServer
 
 REF = ResourceRef("PartitionSet", "ns", "orders", "set-uid")
 ME = Incarnation("w-0", "uid-0")

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from fake_apiserver import FakeApiServer, serving
 
 from apportion import listwatch
 from apportion.api.assignment import (
@@ -22,6 +21,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.worker._watch import AssignmentWatch
+from tests.unit.fake_apiserver import FakeApiServer, serving
 
 NAME = "orders-partitionset-assignment"
 REF = ResourceRef("PartitionSet", "ns", "orders", "uid")

@@ -18,7 +18,7 @@ import java.util.Optional;
 import java.util.stream.Stream;
 
 /**
- * A private PostgreSQL server on loopback for the tests, started as tests/postgres_support.py
+ * A private PostgreSQL server on loopback for the tests, started as tests/support/postgres.py
  * starts the Python suite's: {@code initdb} into a fresh directory (trust authentication for
  * the superuser {@code postgres}), {@code pg_ctl start} on 127.0.0.1 and a free port only, no
  * Unix socket; as root (PostgreSQL refuses to run as root) both run as the {@code postgres}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -30,9 +31,13 @@ def maven(module: str, goal: str) -> None:
 
 def classpath(module: str) -> str:
     """`module` packaged (the Java client installed first when it is a dependency) and its
-    runtime classpath: its classes, then target/classpath.txt (maven-dependency-plugin)."""
-    if module != CLIENT:
-        maven(CLIENT, "install")
-    maven(module, "package")
+    runtime classpath: its classes, then target/classpath.txt (maven-dependency-plugin).
+    One build at a time per checkout (a lock on the client's pom): pytest-xdist workers would
+    otherwise write the same target/ directories and installed jars at once."""
+    with (REPO / CLIENT / "pom.xml").open() as pom:
+        fcntl.flock(pom, fcntl.LOCK_EX)
+        if module != CLIENT:
+            maven(CLIENT, "install")
+        maven(module, "package")
     target = REPO / module / "target"
     return f"{target / 'classes'}:{(target / 'classpath.txt').read_text().strip()}"

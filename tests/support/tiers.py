@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]
 REAL_NODE_FIXTURES = {"real_cluster", "installed_operator"}
 
 
 def tier(item: pytest.Item) -> str:
-    if HERE / "unit" in item.path.parents:
+    if TESTS / "unit" in item.path.parents:
         return "unit"
     real = REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ()))
     return "realnode" if real or item.path.name.startswith("test_real_node") else "e2e"

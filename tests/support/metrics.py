@@ -1,6 +1,6 @@
 """E2E helpers for load figures, for any test that needs PodMetrics or worker metrics.
 
-    from metrics_support import pod_metrics_api, publish_pod_metrics, metrics_server_pod
+    from tests.support.metrics import pod_metrics_api, publish_pod_metrics, metrics_server_pod
 
     def test_x(pod_metrics_api, kubectl, namespace):      # the test CRD serves metrics.k8s.io
         publish_pod_metrics(kubectl, namespace, "worker-0", cpu="250m", memory="128Mi")
@@ -14,7 +14,7 @@ publish_pod_metrics(kubectl, namespace, pod, cpu=..., memory=..., containers=Non
 metrics_server_pod(name, directory, port, labels=...)
                  a Pod manifest whose process (pod simulator process mode) serves the files of
                  `directory` over HTTP on its own pod IP: write a page rendered with
-                 `apportion.api.worker_metrics.WorkerMetrics(...).render()` to
+                 `apportion.api.worker_report.WorkerReport(...).render()` to
                  `directory/metrics` and the pod serves it at `/metrics` on container port
                  `metrics`; rewrite the file to change what it reports. Its requests are
                  logged to the pod's log file.
@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import _wait_for
 
 from apportion_dev.devcluster import DevCluster
+from tests.support.waiting import wait_for
 
-HERE = Path(__file__).parent
-POD_METRICS_CRD = HERE / "manifests" / "podmetrics-crd.yaml"
+POD_METRICS_CRD = Path(__file__).parents[1] / "e2e" / "manifests" / "podmetrics-crd.yaml"
 POD_METRICS_CRD_NAME = "pods.metrics.k8s.io"
 
 
@@ -74,7 +73,7 @@ def remove_pod_metrics_api(cluster: DevCluster, wait_for: Callable[..., Any]) ->
 
 @pytest.fixture(scope="session")
 def pod_metrics_api(dev_cluster: DevCluster) -> None:
-    install_pod_metrics_api(dev_cluster, _wait_for)
+    install_pod_metrics_api(dev_cluster, wait_for)
 
 
 def publish_pod_metrics(

@@ -223,6 +223,13 @@ def read_table(
     return decode_assignment([root, *chunks])
 
 
+def published(kubectl: Callable[..., Any], namespace: str, kind: str, name: str) -> AssignmentTable:
+    """The published assignment of a set that has one (it was Balanced, or placed before)."""
+    table = read_table(kubectl, namespace, kind, name)
+    assert table is not None, f"{kind} {namespace}/{name} has no published assignment"
+    return table
+
+
 def counts(table: AssignmentTable) -> dict[str, int]:
     return {member: len(units) for member, units in table.by_member().items()}
 

@@ -34,7 +34,7 @@ from typing import Final
 import psycopg
 from psycopg import sql
 
-REPO: Final = Path(__file__).resolve().parents[1]
+REPO: Final = Path(__file__).resolve().parents[2]
 DEPS: Final = REPO / "scripts" / "postgres-deps.sh"
 INITDB: Final = ("-U", "postgres", "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync")
 """The superuser `postgres`, no password on loopback; C collation, no fsync of the new files."""

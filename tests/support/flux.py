@@ -215,7 +215,8 @@ class SetWatch:
         self.process.terminate()
         self.process.wait(timeout=10)
         self._file.close()
-        text, decoder, versions, at = self.out.read_text(), json.JSONDecoder(), [], 0
+        text, decoder, at = self.out.read_text(), json.JSONDecoder(), 0
+        versions: list[Any] = []
         while True:
             while at < len(text) and text[at].isspace():
                 at += 1

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
-from tiers import tier
 
 from apportion_dev.devcluster.build import is_built
 from apportion_dev.devcluster.paths import cache_root
@@ -30,6 +29,7 @@ from apportion_dev.devcluster.tools import (
     GoTool,
     tool_build,
 )
+from tests.support.tiers import tier
 
 FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     "flux": FLUX_TOOLS,
@@ -89,7 +89,10 @@ class BackgroundBuild:
     def __init__(self, names: list[str]) -> None:
         log = log_path()
         log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("w") as out:
+        # Appended to: make test's tiers run side by side, each may start a build of its own.
+        with log.open("a") as out:
+            out.write(f"\n== pid {os.getpid()}: {' '.join(names)}\n")
+            out.flush()
             self.process = subprocess.Popen(
                 [
                     *LOWEST_PRIORITY,

@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from unitset_support import get, workers
-
 from apportion.engine.locate import locate
+from tests.support.unitset import get, workers
 
 SET, SHARDS, STS = "counters", 12, "pk"
 ENTITIES_PER_SHARD = 2
