@@ -16,6 +16,7 @@ from apportion.controllers import runtime as runtime_module
 from apportion.controllers.runtime import PassLimiter, backoff, run_loop
 from apportion.controllers.wakeups import Wakeups
 from apportion.publishing.configmaps import PublishConflict
+from apportion.publishing.status import ObjectGone
 
 KEY = "ShardSet/ns/s"
 
@@ -170,3 +171,17 @@ async def test_a_retry_waits_for_the_shared_bucket_when_it_is_slower_than_the_ba
     assert script.calls.count("pass") == 1
     runtime.wakeups.gone(KEY)
     await asyncio.wait_for(task, 5)
+
+
+async def test_an_object_gone_mid_pass_is_no_failure_and_waits_for_its_deletion() -> None:
+    runtime = fake_runtime()
+    never = asyncio.Event()
+    script = Script([ObjectGone("ShardSet ns/s is gone"), 0.0], never)
+    task = asyncio.ensure_future(run_loop(runtime, script, never))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert script.retry_delays == []  # no failure reported, no retry scheduled
+    assert script.calls.count("pass") == 1
+    runtime.wakeups.gone(KEY)
+    await asyncio.wait_for(task, 5)
+    assert script.calls[-1] == "finish deleted=True"

@@ -54,6 +54,7 @@ from apportion.publishing.client import operator_client
 from apportion.publishing.configmaps import PublishConflict
 from apportion.publishing.deletion_costs import DeletionCosts
 from apportion.publishing.events import EventRecorder
+from apportion.publishing.status import ObjectGone
 
 RESYNC_SECONDS = 300.0
 """A full pass at least this often, whatever the wake-ups say."""
@@ -278,6 +279,11 @@ async def run_loop(runtime: Runtime, reconciler: Reconciler, stopped: asyncio.Ev
                     caught_up = True
                     kind, _, name = reconciler.labels
                     reconciler.logger.info("First pass over %s %s done", kind, name)
+            except ObjectGone as gone:
+                # Deleted while the pass ran: its deletion event ends the loop; until then
+                # there is nothing to do and nothing failed.
+                reconciler.logger.info("%s; waiting for its deletion", gone)
+                wake_at = None
             except PublishConflict as conflict:
                 _count(reconciler, "conflict", started, "Conflict")
                 reconciler.logger.info("%s; reading the published state again", conflict)

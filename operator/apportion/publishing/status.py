@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.types import PatchType
 
@@ -19,14 +19,24 @@ SET_RESOURCES = {
 """lightkube classes of our kinds, by kind."""
 
 
+class ObjectGone(Exception):
+    """The object whose status was written no longer exists: deleted, or its namespace is, and
+    the watch has not said so yet. Its loop ends when the deletion arrives; nothing failed."""
+
+
 async def patch_status(
     client: AsyncClient, kind: str, namespace: str, name: str, status: Mapping[str, Any]
 ) -> None:
     """Merge-patch `status` (its None values delete fields; lists are replaced whole)."""
-    await client.patch(
-        SET_RESOURCES[kind].Status,
-        name,
-        {"status": dict(status)},
-        namespace=namespace,
-        patch_type=PatchType.MERGE,
-    )
+    try:
+        await client.patch(
+            SET_RESOURCES[kind].Status,
+            name,
+            {"status": dict(status)},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except ApiError as error:
+        if error.status.code == 404:
+            raise ObjectGone(f"{kind} {namespace}/{name} is gone") from error
+        raise
