@@ -14,7 +14,7 @@
 4. Bounded watches (`--selection`, run alone): operator RSS, CPU and pod-deleted → table latency
    against the number of sets (5 bare simulated pods each, 16 partitions), then with pods no set
    selects added to the same namespace (left unscheduled, so the simulator does not run them;
-   the operator, watching every namespace, still sees each). Goals: RSS <= 300 MB and p99 <= 2 s
+   the operator, watching every namespace, still sees each). Goals: RSS <= 300 MB and p99 <= 100 ms
    with 1000 sets over 5000 pods; RSS with 20 000 unrelated pods within 10 % of RSS without.
    It prints the curve, so the limit on a given machine can be read off.
 
@@ -557,7 +557,7 @@ def main() -> int:
             "  CPU s  idle %   pod deleted → table without it"
         )
         print("\n".join(rows))
-        print("  goals: RSS <= 300 MB and p99 <= 2 s at 1000 sets / 5000 pods; RSS with the")
+        print("  goals: RSS <= 300 MB and p99 <= 100 ms at 1000 sets / 5000 pods; RSS with the")
         print("  unrelated pods within 10 % of RSS without them")
         return 0
     rounds = 10 if args.quick else 40
