@@ -26,6 +26,8 @@ from typing import Any
 from aiohttp import web
 from lightkube import AsyncClient, KubeConfig
 
+from tests.support.loopback import serve
+
 Key = tuple[str, str, str]  # (plural, namespace, name)
 
 
@@ -260,11 +262,7 @@ class FakeApiServer:
         app = web.Application()
         app.router.add_route("GET", "/api/v1/{rest:.*}", self._handle)
         app.router.add_route("GET", "/apis/{group}/{version}/{rest:.*}", self._handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve(app)
 
     async def stop(self) -> None:
         self.drop()

@@ -18,6 +18,7 @@ from apportion.api.resource_metrics import PodResources
 from apportion.api.unitset import MetricsSource
 from apportion.api.worker_report import WorkerReport
 from apportion.controllers.load_collector import LoadCollector, scrape_url
+from tests.support.loopback import serve
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -43,11 +44,7 @@ class Worker:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_get("/metrics", self.handle)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._runner, self.port = await serve(app)
 
     async def stop(self) -> None:
         if self.hold is not None:

@@ -66,6 +66,25 @@ def drained(wait: float) -> PassLimiter:
     return limiter
 
 
+async def turns() -> None:
+    """Let the loop run as far as it can without time passing."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def looping(runtime: Any, steps: list[Any]) -> tuple[Script, asyncio.Future[None]]:
+    """A loop over `steps` that only the object's deletion ends."""
+    never = asyncio.Event()
+    script = Script(steps, never)
+    return script, asyncio.ensure_future(run_loop(runtime, script, never))
+
+
+async def deleted(runtime: Any, task: asyncio.Future[None]) -> None:
+    """Delete the object; its loop ends."""
+    runtime.wakeups.gone(KEY)
+    await asyncio.wait_for(task, 5)
+
+
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime_module, "RETRY_SECONDS", 0.001)
@@ -112,18 +131,13 @@ async def test_a_conflict_is_retried_at_once_and_rereads_then_backs_off(
 
 async def test_a_wakeup_runs_a_pass_before_the_pass_is_due_and_deletion_ends_the_loop() -> None:
     runtime = fake_runtime()
-    never = asyncio.Event()
-    script = Script([3600.0, 3600.0], never)
-    task = asyncio.ensure_future(run_loop(runtime, script, never))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    script, task = looping(runtime, [3600.0, 3600.0])
+    await turns()
     assert script.calls.count("pass") == 1  # due in an hour: it waits
     runtime.wakeups.notify(KEY)
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await turns()
     assert script.calls.count("pass") == 2
-    runtime.wakeups.gone(KEY)
-    await asyncio.wait_for(task, 5)
+    await deleted(runtime, task)
     assert script.calls[-1] == "finish deleted=True"
 
 
@@ -143,45 +157,32 @@ async def test_an_event_runs_a_pass_at_once_whatever_the_retry_bucket_holds() ->
     # client-go rate-limits requeues, not the first reaction to an event: one set's pod
     # deletion must not queue behind a thousand other sets' passes.
     runtime = fake_runtime(drained(wait=3600.0))
-    never = asyncio.Event()
-    script = Script([3600.0, 3600.0, 3600.0], never)
-    task = asyncio.ensure_future(run_loop(runtime, script, never))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    script, task = looping(runtime, [3600.0, 3600.0, 3600.0])
+    await turns()
     runtime.wakeups.notify(KEY)
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await turns()
     assert script.calls.count("pass") == 2
-    runtime.wakeups.gone(KEY)
-    await asyncio.wait_for(task, 5)
+    await deleted(runtime, task)
 
 
 async def test_a_retry_waits_for_the_shared_bucket_when_it_is_slower_than_the_backoff(
     quick_retries: None,
 ) -> None:
     runtime = fake_runtime(drained(wait=7.0))
-    never = asyncio.Event()
-    script = Script([RuntimeError("API server unreachable")], never)
-    task = asyncio.ensure_future(run_loop(runtime, script, never))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    script, task = looping(runtime, [RuntimeError("API server unreachable")])
+    await turns()
     # Back-off alone would retry after 1 ms; the bucket, emptied by others, has its next token
     # in 7 s.
     assert script.retry_delays == [pytest.approx(7.0)]
     assert script.calls.count("pass") == 1
-    runtime.wakeups.gone(KEY)
-    await asyncio.wait_for(task, 5)
+    await deleted(runtime, task)
 
 
 async def test_an_object_gone_mid_pass_is_no_failure_and_waits_for_its_deletion() -> None:
     runtime = fake_runtime()
-    never = asyncio.Event()
-    script = Script([ObjectGone("ShardSet ns/s is gone"), 0.0], never)
-    task = asyncio.ensure_future(run_loop(runtime, script, never))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    script, task = looping(runtime, [ObjectGone("ShardSet ns/s is gone"), 0.0])
+    await turns()
     assert script.retry_delays == []  # no failure reported, no retry scheduled
     assert script.calls.count("pass") == 1
-    runtime.wakeups.gone(KEY)
-    await asyncio.wait_for(task, 5)
+    await deleted(runtime, task)
     assert script.calls[-1] == "finish deleted=True"
