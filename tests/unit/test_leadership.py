@@ -17,7 +17,7 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from apportion.controllers.leadership import LeaderElection
-from tests.support.present import present
+from tests.support.present import name_of, present
 
 
 def api_error(code: int) -> ApiError:
@@ -32,10 +32,6 @@ def api_error(code: int) -> ApiError:
 
 def metadata(lease: Lease) -> ObjectMeta:
     return present(lease.metadata, "a Lease's metadata")
-
-
-def name_of(lease: Lease) -> str:
-    return present(metadata(lease).name, "a Lease's name")
 
 
 def spec_of(lease: Lease) -> LeaseSpec:
