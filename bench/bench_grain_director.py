@@ -25,7 +25,9 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+from tests.support.present import present
 from tests.support.unitset import WORKER_ACCOUNT, grant_worker_role
 
 from apportion.api.graintype import GrainStrategySpec, LoadShedding, PlacementFilter
@@ -37,7 +39,7 @@ from apportion.api.placement_table import (
 )
 from apportion.grains import PlacementDirector
 
-STRATEGIES = {
+STRATEGIES: dict[str, dict[str, Any]] = {
     "Random": {"name": "Random"},
     "PreferLocal": {"name": "PreferLocal"},
     "HashBased": {"name": "HashBased"},
@@ -168,9 +170,9 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
                 memory_bytes=(1 << 30) * (1 + rng.gauss(0, 0.005)),
             )
             stats[pod.name] = TableStats(
-                cpu_usage=smoother.cpu_percent,
-                memory_usage=100 * smoother.memory_bytes / (4 << 30),
-                available_memory=round((4 << 30) - smoother.memory_bytes),
+                cpu_usage=present(smoother.cpu_percent, "cpu"),
+                memory_usage=100 * present(smoother.memory_bytes, "memory") / (4 << 30),
+                available_memory=round((4 << 30) - present(smoother.memory_bytes, "memory")),
                 max_available_memory=4 << 30,
                 activation_count=max(0, round(rng.gauss(200, 200 * count_sd))),
                 cpu_count=4,
@@ -194,6 +196,7 @@ def simulate_publishing(scenario: str, *, minutes: float, seed: int) -> tuple[fl
             gate.published,
             found,
             conditions=(status or {}).get("conditions", []),
+            now=datetime.now(UTC),
             last_publish_time=f"t={gate.last_write}",
         )
         if new_status != status:

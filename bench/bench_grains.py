@@ -135,7 +135,7 @@ class OrleansActivationCount:
             if not entry[1]:
                 relevant.append((silo, entry))
         if relevant:
-            chosen = []
+            chosen: list[tuple[str, list[int]]] = []
             while len(chosen) < min(len(relevant), self.choose_out_of):
                 chosen.append(relevant.pop(self.rng.randrange(len(relevant))))
             best = None

@@ -41,9 +41,11 @@ from typing import Any
 
 import yaml
 from lightkube import Client
+from lightkube.core.client import FieldSelector
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap, Pod
+from tests.support.present import name_of, present
 from tests.support.unitset import grant_worker_role, unit_set, workers
 
 from apportion.api.assignment import (
@@ -69,7 +71,7 @@ class TableWatch(threading.Thread):
         self.closing = False
 
     def run(self) -> None:
-        fields = {"metadata.name": self.name}
+        fields: FieldSelector = {"metadata.name": self.name}
         while not self.closing:
             try:
                 for _, cm in self.client.watch(ConfigMap, namespace=self.namespace, fields=fields):
@@ -193,6 +195,20 @@ def all_balanced(cluster: DevCluster, namespace: str, expected: int, members: in
 WATCHES: list[TableWatch] = []
 
 
+def owned_by_others(victim: str) -> Callable[[AssignmentTable], bool]:
+    """A table that gives `victim` no unit."""
+    return lambda t: all(s.owner != victim for s in t.units.values())
+
+
+def in_release(unit: str) -> Callable[[AssignmentTable], bool]:
+    return lambda t: unit in t.releasing()
+
+
+def handed_to(unit: str, member: str) -> Callable[[AssignmentTable], bool]:
+    """A table in which `member` owns `unit` with no release of it under way."""
+    return lambda t: t.units[unit].owner == member and unit not in t.releasing()
+
+
 def pod_gone(cluster: DevCluster, client: Client, rounds: int) -> list[float]:
     ns = "bench-gone"
     cluster.kubectl("create", "namespace", ns)
@@ -214,9 +230,7 @@ def pod_gone(cluster: DevCluster, client: Client, rounds: int) -> list[float]:
         time.sleep(0.3)
         started = time.time()
         client.delete(Pod, victim, namespace=ns, grace_period=0)
-        arrived, _ = watch.wait(
-            lambda t, v=victim: all(s.owner != v for s in t.units.values()), started
-        )
+        arrived, _ = watch.wait(owned_by_others(victim), started)
         samples.append(arrived - started)
     return samples
 
@@ -238,7 +252,11 @@ def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, 
     kubectl_apply(cluster, ns, workers("mw", 3, command=command, grace=5))
     wait_until(
         lambda: (
-            sum(1 for p in client.list(Pod, namespace=ns, labels={"app": "mw"}) if p.status.podIP)
+            sum(
+                1
+                for p in client.list(Pod, namespace=ns, labels={"app": "mw"})
+                if p.status and p.status.podIP
+            )
             == 3
         ),
         120,
@@ -265,7 +283,7 @@ def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, 
     whole, handoff = [], []
     for i in range(rounds):
         unit = str(i % 12)
-        current = watch.latest().units[unit].owner
+        current = present(watch.latest().units[unit].owner, f"unit {unit}'s owner")
         target = f"mw-{(int(current[-1]) + 1) % 3}"
         time.sleep(1.2)  # one rebalance interval since the last round
         started = time.time()
@@ -273,11 +291,8 @@ def live_moves(cluster: DevCluster, client: Client, rounds: int) -> tuple[list, 
             "spec": {"strategy": {"external": {"pins": [{"unit": int(unit), "member": target}]}}}
         }
         cluster.kubectl("patch", "-n", ns, "pset", "move", "--type=merge", "-p", json.dumps(patch))
-        released, _ = watch.wait(lambda t, u=unit: u in t.releasing(), started)
-        owned, _ = watch.wait(
-            lambda t, u=unit, m=target: t.units[u].owner == m and u not in t.releasing(),
-            started,
-        )
+        released, _ = watch.wait(in_release(unit), started)
+        owned, _ = watch.wait(handed_to(unit, target), started)
         whole.append(owned - started)
         handoff.append(owned - released)
     return whole, handoff
@@ -371,7 +386,7 @@ class NamespaceTables(threading.Thread):
         while True:
             try:
                 for _, cm in self.client.watch(ConfigMap, namespace=self.namespace):
-                    name = cm.metadata.name
+                    name = name_of(cm)
                     if not name.endswith(self.SUFFIX):
                         continue
                     table = decode_assignment([ConfigMapPayload.from_configmap(cm.to_dict(), name)])
@@ -407,9 +422,9 @@ def settle_pods(client: Client, namespace: str, alive: dict[str, list[str]]) -> 
     best, since = -1, time.monotonic()
     while True:
         running = {
-            p.metadata.name
+            name_of(p)
             for p in client.list(Pod, namespace=namespace, labels={"bench-set": exists()})
-            if p.status.phase == "Running"
+            if p.status and p.status.phase == "Running"
         }
         if wanted <= running:
             return
@@ -441,7 +456,7 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
         done = 0
         for obj in client.list(pset, namespace=ns):
             status = obj.get("status") or {}
-            members = len(alive.get(obj.metadata.name, []))
+            members = len(alive.get(name_of(obj), []))
             # A set whose every pod the simulator gave up on (settle_pods) has nothing to
             # balance: it is done once its status says how many members it has.
             done += status.get("members") == members and (
@@ -467,9 +482,7 @@ def selection(cluster: DevCluster, client: Client, levels: list[int], unrelated:
             time.sleep(0.3)
             started = time.time()
             client.delete(Pod, victim, namespace=ns, grace_period=0)
-            arrived = tables.wait(
-                name, lambda t, v=victim: all(s.owner != v for s in t.units.values()), 120
-            )
+            arrived = tables.wait(name, owned_by_others(victim), 120)
             samples.append(arrived - started)
         rss, peak = operator.memory_mb()
         rows.append(

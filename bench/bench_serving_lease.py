@@ -37,6 +37,7 @@ from apportion.api.assignment import (
     assignment_config_map,
     encode_assignment,
 )
+from apportion.publishing.client import decode
 from apportion.worker._lease import RENEWALS_PER_LEASE, boot_clock
 from apportion.worker._watch import AssignmentWatch
 from apportion.worker._worker import Worker, WorkerOptions
@@ -57,8 +58,9 @@ def table(lease: float, members: int = 10, units: int = 1000) -> AssignmentTable
 async def publish(client: AsyncClient, t: AssignmentTable) -> None:
     name = assignment_config_map("ShardSet", SET)
     for part in encode_assignment(t):
-        body = ConfigMap.from_dict(
-            {"metadata": {"name": name + part.suffix, "namespace": NAMESPACE}, **part.body()}
+        body = decode(
+            ConfigMap,
+            {"metadata": {"name": name + part.suffix, "namespace": NAMESPACE}, **part.body()},
         )
         await client.apply(body, field_manager="bench", force=True)
 
@@ -103,14 +105,16 @@ async def confirmations(client: AsyncClient, workers: int, seconds: float, api: 
 async def cut_and_back(client: AsyncClient, api: int, rounds: int) -> None:
     lease = 2.0
     await publish(client, table(lease, members=1, units=8))
-    pod = Pod.from_dict(
+    pod = decode(
+        Pod,
         {
             "metadata": {"name": "w-0", "namespace": NAMESPACE},
             "spec": {"containers": [{"name": "w", "image": "none"}], "nodeName": "nowhere"},
-        }
+        },
     )
     await client.apply(pod, field_manager="bench", force=True)
-    stops, backs = [], []
+    stops: list[float] = []
+    backs: list[float] = []
     worker = Worker(
         "ShardSet",
         SET,

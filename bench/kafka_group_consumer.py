@@ -186,7 +186,10 @@ def run_librdkafka(args: argparse.Namespace, log: Log, ready: threading.Event) -
             message = consumer.poll(0.1)
             if message is not None and message.error() is None:
                 time.sleep(args.work_time)
-                log.processed(message.partition(), message.offset(), message.key(), message.value())
+                partition, offset = message.partition(), message.offset()
+                # Set on every record fetched without an error (None where not applicable).
+                assert partition is not None and offset is not None
+                log.processed(partition, offset, message.key(), message.value())
     finally:
         consumer.close()  # commits; leaves the group unless static
 

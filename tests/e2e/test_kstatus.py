@@ -197,7 +197,7 @@ def test_a_graintype_reads_right_under_kstatus(
     operator, namespace, kubectl, wait_for, kstatus_binary
 ) -> None:
     pods = 2
-    graintype = {
+    graintype: dict[str, Any] = {
         "apiVersion": API,
         "kind": "GrainType",
         "metadata": {"name": "carts"},

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from lightkube import AsyncClient, KubeConfig
+from lightkube.models.core_v1 import PodStatus
 from lightkube.resources.core_v1 import Pod
 
 from apportion.api.common import MetricsSpec
@@ -65,10 +66,9 @@ async def ready_pods(client: AsyncClient, namespace: str, *names: str) -> list[W
     async def check() -> list[WorkerPod] | None:
         pods = [await client.get(Pod, name, namespace=namespace) for name in names]
         for pod in pods:
-            ready = any(
-                c.type == "Ready" and c.status == "True" for c in pod.status.conditions or ()
-            )
-            if not (ready and pod.status.podIP):
+            status = pod.status or PodStatus()
+            ready = any(c.type == "Ready" and c.status == "True" for c in status.conditions or ())
+            if not (ready and status.podIP):
                 return None
         return [WorkerPod.from_body(pod.to_dict()) for pod in pods]
 
@@ -259,6 +259,7 @@ async def test_worker_pages_are_scraped_on_pod_ips_shared_and_smoothed(
                 collector.unit_loads(namespace, "billing", pods, spec),
                 collector.member_stats(namespace, pods, spec),
             )
+            assert report.unit_loads is not None, report.message
             seen.append(report.unit_loads["0"])
             await asyncio.sleep(0.25)
         assert seen == sorted(seen), f"the average went back: {seen}"

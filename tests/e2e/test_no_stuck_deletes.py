@@ -3,10 +3,12 @@ operator stopped or uninstalled a GitOps prune or `kubectl delete namespace` goe
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.support.unitset import apply, get, unit_set, workers
 
 SELECTOR = {"matchLabels": {"app": "w"}}
-SETS = {
+SETS: dict[str, dict[str, Any]] = {
     "PartitionSet": {"partitions": 4, "selector": SELECTOR},
     "ShardSet": {"shards": 8, "selector": SELECTOR},
     "GrainType": {"selector": SELECTOR},

@@ -10,12 +10,15 @@ and demo workers (real processes) whose releases take 20 s, longer than the fail
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from apportion.api.assignment import AssignmentTable, Incarnation
 from apportion.engine.handoff import make_ack, owned_units, releasing_units
+from apportion_dev.devcluster import DevCluster
 from tests.support.unitset import (
     Operator,
     apply,
@@ -48,7 +51,9 @@ class Pair:
 
 
 @pytest.fixture
-def pair(dev_cluster, crds, namespace, kubectl, wait_for, tmp_path):
+def pair(
+    dev_cluster: DevCluster, crds, namespace: str, kubectl, wait_for, tmp_path: Path
+) -> Iterator[Callable[[dict], Pair]]:
     """Returns a function: given the workers' StatefulSet, start it, an active operator, the
     set (Balanced) and a standby operator that waits for the Lease."""
     started: list[Operator] = []
@@ -157,6 +162,7 @@ def test_standby_finishes_a_hand_off_acknowledged_while_no_operator_runs(
     pods = {p["metadata"]["name"]: p for p in get(kubectl, namespace, "pods")["items"]}
     annotation = in_flight.set_ref.ack_annotation
     for owner in {in_flight.units[u].owner for u in in_flight.releasing()}:
+        assert owner is not None, "a unit in release has the owner releasing it"
         me = Incarnation(owner, pods[owner]["metadata"]["uid"])
         assert releasing_units(in_flight, me)
         ack = make_ack(in_flight, me).to_annotation()

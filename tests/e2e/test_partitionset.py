@@ -4,7 +4,6 @@ once off a pod that is deleted — with no moment at which two workers served th
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import pytest
@@ -17,6 +16,7 @@ from tests.support.unitset import (
     events,
     get,
     is_true,
+    note_number,
     overlaps,
     ownership_log,
     published,
@@ -62,9 +62,7 @@ def demo(operator, dev_cluster, namespace, kubectl, wait_for):
 
 def acknowledged_units(evs: list[dict]) -> int:
     return sum(
-        int(re.search(r"release of (\d+) unit", e["note"])[1])
-        for e in evs
-        if e["reason"] == "HandoffCompleted"
+        note_number(e, r"release of (\d+) unit") for e in evs if e["reason"] == "HandoffCompleted"
     )
 
 

@@ -235,6 +235,7 @@ def test_split_spread_and_merge_under_traffic(
     found: dict[str, int] = {}
     for address in addresses(kubectl, namespace).values():
         page = http_get_json(f"http://{address}/counters")
+        assert page is not None, f"{address} served no counters"
         assert page["count"] == 64
         for unit, keys in page["units"].items():
             for key, value in keys.items():

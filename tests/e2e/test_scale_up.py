@@ -63,7 +63,7 @@ def test_a_scale_up_waits_for_its_last_pod_and_moves_each_unit_once(
     wait_for(lambda: len(ready_pods(kubectl, namespace, "app=gw")) == 3, 90, "3 workers")
     old = [f"gw-{i}" for i in range(3)]
 
-    def served(pods: list[str]) -> dict[str, str] | None:
+    def served(pods: list[str]) -> dict[str, str | None] | None:
         owners = {
             u: s.owner
             for u, s in published(kubectl, namespace, "PartitionSet", "grow").units.items()

@@ -6,7 +6,6 @@ shards, one round at a time (none while a hand-off is in progress), until the co
 from __future__ import annotations
 
 import math
-import re
 
 from tests.support.unitset import (
     apply,
@@ -15,6 +14,7 @@ from tests.support.unitset import (
     events,
     get,
     is_true,
+    note_number,
     overlaps,
     ownership_log,
     published,
@@ -63,9 +63,7 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
 
     evs = events(kubectl, namespace, "carts")
     rounds = [
-        int(re.search(r"rebalancing (\d+) unit", e["note"])[1])
-        for e in evs
-        if e["reason"] == "Rebalancing"
+        note_number(e, r"rebalancing (\d+) unit") for e in evs if e["reason"] == "Rebalancing"
     ]
     assert rounds and max(rounds) <= LIMIT
     assert sum(rounds) == 250, "only the new region's share moved"

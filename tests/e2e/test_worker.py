@@ -41,7 +41,7 @@ def write_table(
     """Publish `table` as the operator does: chunks first, then the root. The names written."""
     base = assignment_config_map(KIND, SET)
     root, *chunks = encode_assignment(table, **encoding)
-    docs = [
+    docs: list[dict[str, Any]] = [
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -72,7 +72,9 @@ def as_user(cluster: DevCluster, path: Path, namespace: str, token: str) -> Kube
 
 
 @pytest.fixture
-def world(dev_cluster: DevCluster, namespace: str, tmp_path: Path, wait_for) -> dict[str, Any]:
+def world(
+    dev_cluster: DevCluster, namespace: str, tmp_path: Path, wait_for
+) -> Iterator[dict[str, Any]]:
     """Pods a and b under the worker account, another application's leader-election Lease and
     a unit-state Lease; kubectl as pod a's worker (bound token), as the worker account with a
     plain token, and as a ServiceAccount that is both a worker and a cluster admin."""

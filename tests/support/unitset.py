@@ -269,6 +269,13 @@ def reasons(evs: list[dict[str, Any]]) -> Counter[str]:
     return Counter(e["reason"] for e in evs)
 
 
+def note_number(event: dict[str, Any], pattern: str) -> int:
+    """The number `pattern`'s first group finds in the event's note, which must have it."""
+    found = re.search(pattern, event["note"])
+    assert found, f"{pattern!r} not in the note {event['note']!r}"
+    return int(found[1])
+
+
 @dataclass(frozen=True)
 class Ownership:
     """One line of a demo worker's log: `pod` started (acquire) or stopped (release, stop; split

@@ -301,10 +301,15 @@ def test_unmeasured_units_count_as_the_mean_load() -> None:
 
 
 def test_tolerance_presets_and_options() -> None:
-    assert make_strategy({"name": "Balanced", "tolerance": "Tight"}).options.tolerance == 0.025
-    assert make_strategy({"name": "Balanced", "tolerance": "Loose"}).options.tolerance == 0.40
-    assert make_strategy({"name": "Balanced", "tolerance": "5%"}).options.tolerance == 0.05
-    assert make_strategy({"name": "Balanced", "tolerance": 0.2}).options.tolerance == 0.2
+    def tolerance(given: str | float) -> float:
+        strategy = make_strategy({"name": "Balanced", "tolerance": given})
+        assert isinstance(strategy, Balanced)
+        return strategy.options.tolerance
+
+    assert tolerance("Tight") == 0.025
+    assert tolerance("Loose") == 0.40
+    assert tolerance("5%") == 0.05
+    assert tolerance(0.2) == 0.2
 
 
 def test_loads_counter_of_moves_matches_assignment() -> None:
@@ -313,6 +318,7 @@ def test_loads_counter_of_moves_matches_assignment() -> None:
     before = Counter({m: len(u) for m, u in assignment.items()})
     after = Counter(before)
     for move in plan.moves:
+        assert move.source is not None, "every unit starts assigned"
         after[move.source] -= 1
         after[move.target] += 1
     assert after == Counter(dict(zip(plan.assignment, sizes(plan), strict=True)))

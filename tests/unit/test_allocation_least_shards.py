@@ -9,7 +9,7 @@ units (Akka's ``rebalance`` result) and the counts after.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from apportion.engine.allocation import (
     AllocationRequest,
@@ -41,7 +41,7 @@ def create_allocations(*counts: int, names: str = "ABC") -> dict[str, list[str]]
 
 def round_of(
     strategy: LeastShards,
-    assignment: dict[str, Sequence[str]],
+    assignment: Mapping[str, Sequence[str]],
     regions: Sequence[Member] | None = None,
     in_progress: frozenset[str] = frozenset(),
 ) -> Plan:

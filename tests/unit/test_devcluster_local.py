@@ -29,6 +29,7 @@ from apportion_dev.devcluster.state import (
     release,
     save_state,
 )
+from tests.support.present import present
 
 
 def test_free_ports_are_distinct_loopback_ports_we_can_bind() -> None:
@@ -50,10 +51,10 @@ def test_kubeconfig_verifies_tls_with_the_api_server_ca(tmp_path: Path) -> None:
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     raw = yaml.safe_load(path.read_text())
     assert "insecure-skip-tls-verify" not in raw["clusters"][0]["cluster"]
-    config = KubeConfig.from_file(path).get()
+    config = present(KubeConfig.from_file(path).get(), "the current context")
     assert config.cluster.server == "https://127.0.0.1:6443"
     assert config.cluster.certificate_auth == str(tmp_path / "ca.crt")
-    assert config.user.token == "tok"
+    assert present(config.user, "the user").token == "tok"
     assert config.namespace == "default"
 
 

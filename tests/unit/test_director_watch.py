@@ -13,6 +13,7 @@ import pytest
 from apportion import listwatch
 from apportion.api.placement_table import to_configmap
 from apportion.grains import PlacementDirector
+from tests.support.present import present
 from tests.unit.fake_apiserver import FakeApiServer, serving
 from tests.unit.test_director import table
 
@@ -44,7 +45,8 @@ async def test_list_then_watch_then_relist_after_gone() -> None:
             broken["data"]["placement.json"] = "{not json"
             put(server, broken)
             await director.wait_for_table("carts", min_version=2, timeout=5)
-            assert director.table_for("carts").strategy.name == "SiloRoleBased"
+            table = present(director.table_for("carts"), "carts' table")
+            assert table.strategy.name == "SiloRoleBased"
             # While the watch is down "orders" is deleted and the history compacted: the
             # resumed watch is answered 410 Gone, and the relist drops "orders".
             server.watching.clear()

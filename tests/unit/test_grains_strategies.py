@@ -90,7 +90,9 @@ def test_placements_stay_inside_the_filters_and_off_overloaded_members(
     strategy = make_grain_strategy(spec_for(name), filters, rng=random.Random(0))
     strategy.update(table)
     caller_zone = (
-        table.member(ctx.local_member).labels["zone"] if ctx.local_member in table.index else None
+        table.member(ctx.local_member).labels["zone"]
+        if ctx.local_member is not None and ctx.local_member in table.index
+        else None
     )
     for i in range(20):
         try:

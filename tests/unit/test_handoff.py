@@ -501,10 +501,11 @@ def test_step_properties(inputs) -> None:
             assert target.get(unit) == new.owner and draining(new.owner)
         elif new.releasing is not None:
             assert new.releasing.to == target.get(unit) and new.owner != new.releasing.to
-    waiting = [u for u in table.unit_names if table.units[u].releasing is not None]
+    releases = {u: r for u in table.unit_names if (r := table.units[u].releasing) is not None}
+    waiting = list(releases)
     assert list(decision.waiting) == waiting
     if waiting:
-        deadline = min(table.units[u].releasing.since for u in waiting) + TIMEOUT
+        deadline = min(r.since for r in releases.values()) + TIMEOUT
         assert decision.wake_at == deadline
     else:
         assert decision.wake_at is None

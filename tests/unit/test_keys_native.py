@@ -5,7 +5,9 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pytest
@@ -80,7 +82,10 @@ def test_known_values_and_sequences_other_than_lists() -> None:
     assert apportion.unit("x!4294967295", MAX_COUNT) == 4294967295 % MAX_COUNT
     ids = ("a", "b!3", "\U0001f600")
     assert apportion.units(ids, 5).tolist() == apportion.units(list(ids), 5).tolist()
-    assert apportion.units(np.array(ids), 5).tolist() == apportion.units(list(ids), 5).tolist()
+    # The native kernel takes any sequence of str, a numpy array of them too, which the
+    # KeyScheme protocol's Sequence[str] does not name (the Python path needs a real sequence).
+    array = cast("Sequence[str]", np.array(ids))
+    assert apportion.units(array, 5).tolist() == apportion.units(list(ids), 5).tolist()
     assert apportion.units([], 5).tolist() == []
 
 

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 import pytest
-from lightkube import ApiError
+from lightkube import ApiError, AsyncClient
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
 from apportion.controllers.leadership import LeaderElection
+from tests.support.present import name_of, present
 
 
 def api_error(code: int) -> ApiError:
@@ -25,6 +28,14 @@ def api_error(code: int) -> ApiError:
             request=httpx2.Request("GET", "https://api/x"),
         )
     )
+
+
+def metadata(lease: Lease) -> ObjectMeta:
+    return present(lease.metadata, "a Lease's metadata")
+
+
+def spec_of(lease: Lease) -> LeaseSpec:
+    return present(lease.spec, "a Lease's spec")
 
 
 class LeaseStore:
@@ -46,33 +57,35 @@ class LeaseStore:
     async def create(self, lease: Lease) -> Lease:
         if self.down:
             raise api_error(503)
-        if lease.metadata.name in self.leases:
+        if name_of(lease) in self.leases:
             raise api_error(409)
         return self._store(lease)
 
     async def replace(self, lease: Lease) -> Lease:
         if self.down:
             raise api_error(503)
-        if (
-            self.leases[lease.metadata.name].metadata.resourceVersion
-            != lease.metadata.resourceVersion
-        ):
+        if metadata(self.leases[name_of(lease)]).resourceVersion != metadata(lease).resourceVersion:
             raise api_error(409)
         return self._store(lease)
 
     def _store(self, lease: Lease) -> Lease:
         self.version += 1
         stored = copy.deepcopy(lease)
-        stored.metadata.resourceVersion = str(self.version)
-        self.leases[lease.metadata.name] = stored
+        metadata(stored).resourceVersion = str(self.version)
+        self.leases[name_of(lease)] = stored
         return stored
 
     def holder(self) -> Any:
-        return self.leases["op"].spec.holderIdentity
+        return spec_of(self.leases["op"]).holderIdentity
+
+
+def client_of(store: LeaseStore) -> AsyncClient:
+    # LeaderElection calls only get, create and replace on its client, which the store serves.
+    return cast(AsyncClient, store)
 
 
 def election(store: LeaseStore, identity: str, clock: list[float]) -> LeaderElection:
-    return LeaderElection(store, "op", "ns", identity, clock=lambda: clock[0])  # type: ignore[arg-type]
+    return LeaderElection(client_of(store), "op", "ns", identity, clock=lambda: clock[0])
 
 
 async def test_the_standby_takes_over_only_after_the_lease_ran_out_on_its_own_clock() -> None:
@@ -91,7 +104,7 @@ async def test_the_standby_takes_over_only_after_the_lease_ran_out_on_its_own_cl
     assert not await b.try_acquire_or_renew()  # 15 s since b saw the renewal would be needed
     b_clock[0] += 15.0
     assert await b.try_acquire_or_renew()  # a went silent for a whole Lease duration
-    assert store.holder() == "b" and store.leases["op"].spec.leaseTransitions == 1
+    assert store.holder() == "b" and spec_of(store.leases["op"]).leaseTransitions == 1
     assert not await a.try_acquire_or_renew()  # and a cannot take it back while b renews
 
 
@@ -128,12 +141,12 @@ async def test_leadership_not_renewed_in_time_cancels_the_leaders_work(
     store = LeaseStore()
     clock = [0.0]
     a = LeaderElection(
-        store,
+        client_of(store),
         "op",
         "ns",
         "a",
         retry_period=0.01,
-        renew_deadline=0.05,  # type: ignore[arg-type]
+        renew_deadline=0.05,
         lease_seconds=15.0,
         clock=lambda: clock[0],
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -19,6 +20,7 @@ from apportion.api.unitset import MetricsSource
 from apportion.api.worker_report import WorkerReport
 from apportion.controllers.load_collector import LoadCollector, scrape_url
 from tests.support.loopback import serve
+from tests.support.present import present
 
 # Fixtures run on the session loop (pyproject's asyncio_default_fixture_loop_scope): so do these.
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -52,7 +54,7 @@ class Worker:
         if self._runner is not None:
             await self._runner.cleanup()
 
-    def pod(self, name: str, **kwargs: object) -> WorkerPod:
+    def pod(self, name: str, **kwargs: Any) -> WorkerPod:
         return WorkerPod(
             name, f"uid-{name}", ip="127.0.0.1", ports={"metrics": self.port}, **kwargs
         )
@@ -220,7 +222,8 @@ async def test_figures_go_stale_after_three_intervals_plus_the_timeout(
     gone = await collector.unit_loads("ns", "orders", pods, spec())
     assert gone.unit_loads is None
     assert gone.source is MetricsSource.COUNTS
-    assert gone.problems == {"w-0": f"HTTP 503 from {scrape_url(pods[0], spec().scrape)}"}
+    scrape = present(spec().scrape, "the scrape spec")
+    assert gone.problems == {"w-0": f"HTTP 503 from {scrape_url(pods[0], scrape)}"}
     assert gone.message == (
         f"no per-unit load from any of 1 pods (w-0: HTTP 503 from "
         f"http://127.0.0.1:{w.port}/metrics): balancing unit counts"

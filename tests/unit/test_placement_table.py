@@ -31,6 +31,7 @@ from apportion.engine.grains import (
     PlacementTable,
     make_grain_strategy,
 )
+from tests.support.present import present
 
 GIB = 1 << 30
 
@@ -174,7 +175,9 @@ def test_configmap_names_stay_valid_and_distinct() -> None:
 
 def with_stats(base: PlacementTableDocument, name: str, **kw) -> PlacementTableDocument:
     members = [
-        m.model_copy(update={"stats": m.stats.model_copy(update=kw)}) if m.name == name else m
+        m.model_copy(update={"stats": present(m.stats, name).model_copy(update=kw)})
+        if m.name == name
+        else m
         for m in base.members
     ]
     return base.model_copy(update={"members": members})

@@ -14,6 +14,7 @@ from apportion.api.pods import WorkerPod
 from apportion.engine.grains.document import build_document, counted_grain_types, is_compatible
 from apportion.engine.grains.gate import PublishGate
 from apportion.engine.grains.status import build_status, claimed_grain_types, conflicts, problems
+from tests.support.present import present
 
 NOW = datetime(2025, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -60,8 +61,9 @@ def test_table_lists_compatible_members_sorted_with_labels_address_and_stats() -
     assert doc.members[0].stats is None, "w-0 has not reported"
     w2 = doc.members[1]
     assert w2.address == "127.0.0.12" and w2.labels == {"app": "silo", "zone": "z0"}
-    assert w2.stats.cpu_usage == 40.12, "rounded: noise digits are not published"
-    assert (w2.stats.activation_count, w2.stats.cpu_count, w2.stats.overloaded) == (10, 2, False)
+    w2_stats = present(w2.stats, "w-2's stats")
+    assert w2_stats.cpu_usage == 40.12, "rounded: noise digits are not published"
+    assert (w2_stats.activation_count, w2_stats.cpu_count, w2_stats.overloaded) == (10, 2, False)
     assert doc.version == 5 and doc.published_at == NOW
     assert doc.grain_type.generation == 4 and doc.grain_types == ["carts"]
     assert doc.strategy.name == "ResourceOptimized" and not doc.default

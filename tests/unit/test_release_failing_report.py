@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from prometheus_client import REGISTRY
@@ -19,9 +19,11 @@ from apportion.api.pods import WorkerPod
 from apportion.api.unitset import MetricsSource
 from apportion.controllers import telemetry
 from apportion.controllers.own_tables import OwnTables
+from apportion.controllers.runtime import Runtime
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.handoff import make_ack
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass
+from tests.support.passes import decided, written
 
 LABELS = {"kind": "PartitionSet", "namespace": "release-failing", "set": "demo"}
 BODY = {
@@ -44,6 +46,13 @@ class Events:
         self.posted.append((type_, reason, note))
 
 
+class RecordingLoop(loop_module.SetLoop):
+    """The set's loop with what its stand-ins recorded."""
+
+    events: Events
+    statuses: list[Any]
+
+
 @pytest.fixture
 def daemon(monkeypatch: pytest.MonkeyPatch) -> Any:
     events, statuses = Events(), []
@@ -52,8 +61,13 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Any:
         statuses.append(status)
 
     monkeypatch.setattr(loop_module, "patch_status", patch_status)
-    runtime = SimpleNamespace(client=None, events=events, tables=OwnTables(), body=lambda key: None)
-    daemon = loop_module.SetLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)  # type: ignore[arg-type]
+    # The loop reads the runtime's client, events, own tables and bodies: a namespace of fakes
+    # stands in for the kopf-side Runtime (no client: the API calls are replaced).
+    runtime = cast(
+        Runtime,
+        SimpleNamespace(client=None, events=events, tables=OwnTables(), body=lambda key: None),
+    )
+    daemon = RecordingLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)
     daemon.events, daemon.statuses = events, statuses
     yield daemon
     telemetry.forget_set(daemon.labels)
@@ -69,7 +83,7 @@ async def test_a_failing_release_is_an_event_a_status_count_and_a_gauge(daemon: 
     placed = plan_pass(PassInput(spec, initial_table(daemon.set_ref, spec, 1), 1, members, 0.0))
     assert placed.new_table is not None
     members.append(WorkerPod("w-2", "uid-w-2"))
-    moving = plan_pass(PassInput(spec, placed.new_table, 1, members, 1.0)).new_table
+    moving = written(plan_pass(PassInput(spec, written(placed), 1, members, 1.0)))
     assert moving is not None
     stuck = sorted(u for u, r in moving.releasing().items() if moving.units[u].owner == "w-0")
     ack = make_ack(moving, Incarnation("w-0", "uid-w-0"), pending=stuck, failing={stuck[0]: "boom"})
@@ -105,8 +119,8 @@ async def test_a_failing_release_is_an_event_a_status_count_and_a_gauge(daemon: 
         },
     )
     done = plan_pass(PassInput(spec, moving, 1, members, 4.0))
-    assert done.new_table is not None and not done.decision.failing
-    daemon.published = done.new_table
-    settled = plan_pass(PassInput(spec, done.new_table, 1, members, 5.0))
+    assert done.new_table is not None and not decided(done).failing
+    daemon.published = written(done)
+    settled = plan_pass(PassInput(spec, written(done), 1, members, 5.0))
     await daemon.report(settled, members, 5.0, MetricsSource.COUNTS)
     assert daemon.statuses[-1]["releasesFailing"] == 0 and gauge() == 0

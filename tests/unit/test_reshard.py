@@ -25,6 +25,8 @@ from apportion.engine.keys import get_scheme
 from apportion.engine.reshard import hash_range, next_count, reshape
 from apportion.engine.set_pass import initial_table
 from apportion.engine.set_status import StatusInput, unit_set_status
+from tests.support.passes import decided, written
+from tests.support.present import present
 from tests.unit.test_assignment_format import schema
 from tests.unit.test_unitset_pass import REF, acked, pset, run, settle, workers
 
@@ -93,11 +95,11 @@ def test_a_split_by_four_moves_no_key(spec32: Any) -> None:
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
     before = owner_of_keys(table)
     result = run(reshaped(spec32, 128), table, acked(table, members))
-    split = result.new_table
+    split = written(result)
     assert split is not None and split.count == 128 and split.epoch == table.epoch + 1
     tokens = tuple(table.units[str(u)].epoch for u in range(32))
     assert split.lineage == Lineage(32, 128, split.epoch, tokens)
-    assert [e.reason for e in result.decision.events] == [Reason.RESHARDED]
+    assert [e.reason for e in decided(result).events] == [Reason.RESHARDED]
     assert not split.releasing()
     assert all(state.epoch == split.epoch for state in split.units.values())
     for unit in range(128):
@@ -110,7 +112,7 @@ def test_a_split_by_four_moves_no_key(spec32: Any) -> None:
 def test_a_split_waits_for_hand_offs_under_way(spec32: Any) -> None:
     members = workers(4)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), workers(3), 1000.0)
-    moving = run(spec32, table, members, now=2000.0).new_table  # w-3 joins: releases begin
+    moving = written(run(spec32, table, members, now=2000.0))  # w-3 joins: releases begin
     assert moving is not None and moving.releasing()
     bigger = reshaped(spec32, 64)
     held = run(bigger, moving, members, now=2000.5)  # no acks yet
@@ -126,10 +128,10 @@ def test_a_split_waits_for_hand_offs_under_way(spec32: Any) -> None:
     }
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Resharding"]["status"] == "True"
-    done = run(bigger, moving, acked(moving, members), now=2001.0).new_table
+    done = written(run(bigger, moving, acked(moving, members), now=2001.0))
     assert done is not None and done.count == 32 and not done.releasing()  # hand-offs finish
     writing = run(bigger, done, acked(done, members), now=2001.5)
-    split = writing.new_table
+    split = written(writing)
     assert split is not None and split.count == 64
     assert owner_of_keys(split) == owner_of_keys(done)
     # That pass planned 32 units: it says nothing of the 64 yet, so not Balanced.
@@ -150,7 +152,7 @@ def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:
     assert table.count == 128 and table.lineage is not None
     assert sorted(len(u) for u in table.by_member().values()) == [21, 21, 21, 21, 22, 22]
     # Every move after the split was one the rebalance asked for: to the two new pods only.
-    moves = [e for r in results for e in r.decision.events if e.reason is Reason.HANDOFF_STARTED]
+    moves = [e for r in results for e in decided(r).events if e.reason is Reason.HANDOFF_STARTED]
     assert {e.target for e in moves} <= {"w-4", "w-5"}
     # the fewest a balanced end state allows: each new pod needs at least ⌊128/6⌋ units
     assert sum(len(e.units) for e in moves) == 2 * (128 // 6)
@@ -165,11 +167,11 @@ def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:
     while table.count == 128:
         result = run(spec64, table, acked(table, six), now)
         assert result.new_table is not None
-        events = result.decision.events
+        events = decided(result).events
         gathered += sum(len(e.units) for e in events if e.reason is Reason.HANDOFF_STARTED)
-        if result.new_table.count == 64:
-            assert owner_of_keys(result.new_table) == owner_of_keys(table)
-        table, now = result.new_table, now + 1.0
+        if written(result).count == 64:
+            assert owner_of_keys(written(result)) == owner_of_keys(table)
+        table, now = written(result), now + 1.0
     assert gathered == apart
     merged, _ = settle(spec64, table, six, now)
     assert merged.count == 64 and merged.lineage is not None
@@ -182,14 +184,14 @@ def test_other_key_schemes_never_reshard() -> None:
     spec = pset(keyScheme="netherite")
     table, _ = settle(spec, initial_table(REF, spec, 1), workers(2), 1000.0)
     result = run(reshaped(spec, 64), table, workers(2))
-    assert result.resharding is None and (result.new_table is None or result.new_table.count == 32)
+    assert result.resharding is None and (result.new_table is None or written(result).count == 32)
 
 
 @pytest.mark.parametrize("layout", ["map", "indexed"])
 def test_lineage_round_trips_and_an_old_reader_still_parses(spec32: Any, layout: Any) -> None:
     members = workers(3)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
-    split = run(reshaped(spec32, 96), table, acked(table, members)).new_table
+    split = written(run(reshaped(spec32, 96), table, acked(table, members)))
     doc = to_document(split, layout)
     assert doc["formatVersion"] == 2
     assert doc["lineage"] == {
@@ -224,7 +226,7 @@ def serving_of(table: AssignmentTable, name: str) -> dict[str, int]:
 def test_a_worker_carries_its_parents_state_into_its_children(spec32: Any) -> None:
     members = workers(2)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
-    split = run(reshaped(spec32, 64), table, acked(table, members)).new_table
+    split = written(run(reshaped(spec32, 64), table, acked(table, members)))
     me = Incarnation("w-0", "uid-w-0")
     plan = reshape(split, me, 32, serving_of(table, "w-0"))
     assert plan is not None and not plan.dropped and not plan.load
@@ -239,13 +241,13 @@ def test_a_worker_carries_its_parents_state_into_its_children(spec32: Any) -> No
 def test_a_worker_with_a_stale_token_or_a_missed_resharding_reloads(spec32: Any) -> None:
     members = workers(2)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
-    split = run(reshaped(spec32, 64), table, acked(table, members)).new_table
+    split = written(run(reshaped(spec32, 64), table, acked(table, members)))
     me = Incarnation("w-0", "uid-w-0")
     stale = {u: token - 1 for u, token in serving_of(table, "w-0").items()}
-    plan = reshape(split, me, 32, stale)
+    plan = present(reshape(split, me, 32, stale), "the reshape of a stale token")
     assert plan.carried == {} and plan.dropped == set(stale)
     assert plan_worker(split, me, plan.serving).acquire == owned_units(split, me)
-    missed = reshape(split, me, 16, {"3": 1})
+    missed = present(reshape(split, me, 16, {"3": 1}), "the reshape of a missed resharding")
     assert missed.carried == {} and missed.dropped == {"3"}
 
 
@@ -253,10 +255,10 @@ def test_a_merge_loads_the_siblings_this_process_does_not_hold() -> None:
     spec = pset(keyScheme="apportion", partitions=4)
     members = workers(1)
     table, _ = settle(spec, initial_table(REF, spec, 1), members, 1000.0)
-    merged = run(reshaped(spec, 2), table, acked(table, members)).new_table
+    merged = written(run(reshaped(spec, 2), table, acked(table, members)))
     me = Incarnation("w-0", "uid-w-0")
     held = {u: t for u, t in serving_of(table, "w-0").items() if u != "3"}
-    plan = reshape(merged, me, 4, held)
+    plan = present(reshape(merged, me, 4, held), "the reshape of the merge")
     assert plan.carried == {"0": ("0", "1"), "1": ("2",)}
     assert plan.load == {"1": ("3",)}
 
@@ -267,7 +269,7 @@ def test_locate_answers_from_a_table_mid_resharding(spec32: Any, tmp_path: Any) 
 
     members = workers(3)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), members, 1000.0)
-    split = run(reshaped(spec32, 128), table, acked(table, members)).new_table
+    split = written(run(reshaped(spec32, 128), table, acked(table, members)))
     (root,) = encode_assignment(split)
     configmap = {"kind": "ConfigMap", "metadata": {"name": "demo-cm"}, **root.body()}
     path = tmp_path / "cm.json"
@@ -293,9 +295,9 @@ def test_the_split_merge_scenario_moves_nothing_at_the_split() -> None:
     (_, before, _), (split, after_split, _), (_, grown, _), (merge, _, _) = rows
     assert split.units == 128 and split.moves == 0
     where = {u: m for m, us in before.items() for u in us}
-    parents = scenario.steps[0].parents
+    parents = present(scenario.steps[0].parents, "the split's parents")
     assert all(where[parents[u][0]] == m for m, us in after_split.items() for u in us)
     owner = {u: m for m, us in grown.items() for u in us}
-    siblings = scenario.steps[2].parents.values()
+    siblings = present(scenario.steps[2].parents, "the merge's parents").values()
     apart = sum(owner[a] != owner[b] for a, b in siblings)
     assert merge.units == 64 and merge.moves >= apart > 0

@@ -35,7 +35,7 @@ from apportion.engine.handoff import (
 )
 from apportion.engine.reshard import gather_targets, next_lineage, progress, reshape, resharded
 from tests.unit import test_handoff_model
-from tests.unit.test_handoff_model import SET, TIMEOUT, HandoffModel
+from tests.unit.test_handoff_model import SET, TIMEOUT, HandoffModel, Process
 
 FINE = 8
 KEYS = range(FINE)
@@ -65,7 +65,9 @@ class ReshardModel(HandoffModel):
         published = self.latest
         live = {n: WorkerPod(n, p.uid, terminating=p.terminating) for n, p in self.pods.items()}
         acks = {n: p.annotation for n, p in self.pods.items() if p.annotation is not None}
-        target = {u: p for u, p in self.target.items() if u in published.units}
+        target: dict[str, str | None] = {
+            u: p for u, p in self.target.items() if u in published.units
+        }
         lineage = next_lineage(published, self.wanted)
         if lineage is not None:
             # As the pass: no optional move while the count changes; a unit whose owner is
@@ -150,7 +152,7 @@ class ReshardModel(HandoffModel):
 
     # ---------------------------------------------------------------------------- invariants
 
-    def served_keys(self) -> list[tuple[int, str, int, object]]:
+    def served_keys(self) -> list[tuple[int, str, int, Process]]:
         """(key, uid, token, process) for every key a live process serves, in its own count."""
         return [
             (key, proc.me.uid, token, proc)
@@ -217,8 +219,9 @@ class ReshardModel(HandoffModel):
         self.no_overlap_unless_forced()
         self.state_is_where_it_is_served()
 
+    # Not named `invariants`: RuleBasedStateMachine keeps its list of invariants under that name.
     @invariant()
-    def invariants(self) -> None:
+    def invariants_hold(self) -> None:
         self.check_all()
 
     # ------------------------------------------------------------------------------ liveness

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -16,10 +16,12 @@ from apportion.api.assignment import AssignmentTable
 from apportion.api.pods import WorkerPod
 from apportion.controllers import telemetry
 from apportion.controllers.own_tables import OwnTables
+from apportion.controllers.runtime import Runtime
 from apportion.controllers.unitsets import loop as loop_module
 from apportion.engine.set_loop import Gathered, prepare, run
 from apportion.engine.set_pass import PassInput, initial_table, plan_pass
 from apportion.engine.set_state import SetState
+from apportion.publishing.configmaps import AssignmentStore
 
 BODY = {
     "apiVersion": "apportion.dev/v1alpha1",
@@ -31,6 +33,13 @@ BODY = {
         "rebalance": {"interval": "1s", "handoffTimeout": "30s", "restartGrace": "20s"},
     },
 }
+
+
+class RecordingLoop(loop_module.SetLoop):
+    """The set's loop with what its stand-ins recorded."""
+
+    writes: list[tuple[str, Any]]
+    posted: list[tuple[str, str, str]]
 
 
 @pytest.fixture
@@ -48,11 +57,20 @@ def daemon(monkeypatch: pytest.MonkeyPatch) -> Any:
         posted.append((type_, reason, note))
 
     monkeypatch.setattr(loop_module, "patch_status", patch_status)
-    runtime = SimpleNamespace(
-        client=None, events=SimpleNamespace(post=post), tables=OwnTables(), body=lambda key: None
+    # The loop reads the runtime's client, events, own tables and bodies: a namespace of fakes
+    # stands in for the kopf-side Runtime (no client: the API calls are replaced).
+    runtime = cast(
+        Runtime,
+        SimpleNamespace(
+            client=None,
+            events=SimpleNamespace(post=post),
+            tables=OwnTables(),
+            body=lambda key: None,
+        ),
     )
-    daemon = loop_module.SetLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)  # type: ignore[arg-type]
-    daemon.store = SimpleNamespace(publish=publish, size=0)
+    daemon = RecordingLoop(PartitionSet, BODY, logging.getLogger("test"), runtime)
+    # The loop publishes through its store and reads its size; this one records the tables.
+    daemon.store = cast(AssignmentStore, SimpleNamespace(publish=publish, size=0))
     daemon.writes, daemon.posted = writes, posted
     yield daemon
     telemetry.forget_set(daemon.labels)

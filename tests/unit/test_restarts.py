@@ -27,6 +27,7 @@ from apportion.engine.restarts import (
 from apportion.engine.set_pass import PassInput, PassResult, initial_table, plan_pass
 from apportion.engine.set_state import SetState
 from apportion.engine.set_status import StatusInput, unit_set_status
+from tests.support.passes import decided, written
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 GRACE = 30.0
@@ -53,7 +54,7 @@ def run(s: Any, table: AssignmentTable, pods: list[WorkerPod], now: float, **kw:
 
 
 def balanced(s: Any) -> AssignmentTable:
-    table = run(s, initial_table(REF, s, 1), workers(), T0).new_table
+    table = written(run(s, initial_table(REF, s, 1), workers(), T0))
     assert table is not None
     return table
 
@@ -78,7 +79,7 @@ def test_without_a_grace_a_not_ready_member_loses_its_units() -> None:
     restarting = with_pod(workers(), WorkerPod("w-3", "uid-w-3", ready=False))
     result = run(s, table, restarting, T0 + 1)
     assert result.new_table is not None
-    assert {u for u, r in result.new_table.releasing().items()} == units_of(table, "w-3")
+    assert {u for u, r in written(result).releasing().items()} == units_of(table, "w-3")
     assert not result.restart_holds
 
 
@@ -106,13 +107,13 @@ def test_past_the_grace_a_restarting_members_units_move_as_usual() -> None:
     held = run(s, table, restarting, T0 + 1).restart_holds
     expired = run(s, table, restarting, T0 + 1 + GRACE, restart_holds=held)
     assert expired.restart_holds == {"w-3": RestartHold("w-3", T0 + 1, frozenset())}, "spent"
-    moving = expired.new_table
+    moving = written(expired)
     assert moving is not None and set(moving.releasing()) == units_of(table, "w-3")
 
     # Still NotReady: the spent hold keeps a new one from starting and undoing the moves.
     later = run(s, moving, restarting, T0 + 2 + GRACE, restart_holds=expired.restart_holds)
     assert later.restart_holds == expired.restart_holds
-    assert later.new_table is None or set(later.new_table.releasing()) == set(moving.releasing())
+    assert later.new_table is None or set(written(later).releasing()) == set(moving.releasing())
     assert later.wake_at != T0 + 2 + 2 * GRACE, "no grace runs any more"
 
     back = run(s, moving, workers(), T0 + 3 + GRACE, restart_holds=later.restart_holds)
@@ -129,12 +130,12 @@ def test_a_recreated_statefulset_pod_gets_its_units_back_under_new_tokens() -> N
     gone = with_pod(workers(), None)
 
     first = run(s, table, gone, T0 + 1)
-    unowned = first.new_table
+    unowned = written(first)
     assert unowned is not None
     assert {u for u, st_ in unowned.units.items() if st_.owner is None} == mine
     assert units_of(unowned, "w-0") == units_of(table, "w-0"), "siblings take nothing"
-    assert [e.reason for e in first.decision.events] == [Reason.HELD_FOR_RESTART]
-    assert first.decision.events[0].type == "Normal"
+    assert [e.reason for e in decided(first).events] == [Reason.HELD_FOR_RESTART]
+    assert decided(first).events[0].type == "Normal"
     status = unit_set_status(StatusInput(unowned, first, gone, 1, "cm", T0 + 1))
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "WaitingForRestart")
@@ -145,7 +146,7 @@ def test_a_recreated_statefulset_pod_gets_its_units_back_under_new_tokens() -> N
 
     new = WorkerPod("w-3", "uid-w-3-again", ready=False)
     back = run(s, unowned, with_pod(workers(), new), T0 + 12, restart_holds=waiting.restart_holds)
-    returned = back.new_table
+    returned = written(back)
     assert returned is not None and units_of(returned, "w-3") == mine
     assert returned.member_uids["w-3"] == "uid-w-3-again"
     assert all(returned.units[u].epoch == returned.epoch > table.units[u].epoch for u in mine), (
@@ -163,9 +164,9 @@ def test_a_recreated_pod_that_comes_too_late_gets_nothing_reserved() -> None:
     table = balanced(s)
     gone = with_pod(workers(), None)
     first = run(s, table, gone, T0 + 1)
-    late = run(s, first.new_table, gone, T0 + 1 + GRACE, restart_holds=first.restart_holds)
+    late = run(s, written(first), gone, T0 + 1 + GRACE, restart_holds=first.restart_holds)
     assert all(hold.spent for hold in late.restart_holds.values())
-    placed = late.new_table
+    placed = written(late)
     assert placed is not None
     assert all(state.owner in {"w-0", "w-1", "w-2"} for state in placed.units.values())
 
@@ -183,8 +184,8 @@ def test_a_pod_that_will_not_come_back_is_not_waited_for(extra, replicas, why) -
     table = balanced(s)
     result = run(s, table, with_pod(workers(), None), T0 + 1, desired_members=replicas)
     assert not result.restart_holds, why
-    assert {e.reason for e in result.decision.events} == {Reason.OWNER_GONE}
-    assert all(state.owner is not None for state in result.new_table.units.values())
+    assert {e.reason for e in decided(result).events} == {Reason.OWNER_GONE}
+    assert all(state.owner is not None for state in written(result).units.values())
 
 
 @pytest.mark.parametrize(
@@ -199,7 +200,7 @@ def test_a_pod_leaving_for_good_is_drained_not_held(why: str, pod: WorkerPod, re
     table = balanced(s)
     result = run(s, table, with_pod(workers(), pod), T0 + 1, desired_members=replicas)
     assert not result.restart_holds, why
-    releases = result.new_table.releasing()
+    releases = written(result).releasing()
     assert set(releases) == units_of(table, "w-3")
     assert {r.to for r in releases.values()} <= {"w-0", "w-1", "w-2"}
 
@@ -214,27 +215,27 @@ def test_a_terminating_statefulset_pod_releases_to_nobody_and_its_next_incarnati
     leaving = WorkerPod("w-3", "uid-w-3", terminating=True)
     first = run(s, table, with_pod(workers(), leaving), T0 + 1)
     assert set(first.restart_holds) == {"w-3"}
-    released = first.new_table
+    released = written(first)
     assert {u: r.to for u, r in released.releasing().items()} == dict.fromkeys(mine)
-    assert {e.reason for e in first.decision.events} == {Reason.HELD_FOR_RESTART}
+    assert {e.reason for e in decided(first).events} == {Reason.HELD_FOR_RESTART}
 
     ack = Ack(uid="uid-w-3", epoch=released.epoch, draining=True).to_annotation()
     acked = replace(leaving, acks={released.set_ref.ack_annotation: ack})
     second = run(s, released, with_pod(workers(), acked), T0 + 2, restart_holds=first.restart_holds)
-    parked = second.new_table
+    parked = written(second)
     assert {u for u, st_ in parked.units.items() if st_.owner is None} == mine
     assert not parked.releasing()
-    assert {e.reason for e in second.decision.events} == {Reason.HANDOFF_COMPLETED}
+    assert {e.reason for e in decided(second).events} == {Reason.HANDOFF_COMPLETED}
 
     gone = run(s, parked, with_pod(workers(), None), T0 + 3, restart_holds=second.restart_holds)
-    assert gone.new_table is None or all(gone.new_table.units[u].owner is None for u in mine), (
+    assert gone.new_table is None or all(written(gone).units[u].owner is None for u in mine), (
         "nobody else takes them while w-3 is away"
     )
     back = with_pod(workers(), WorkerPod("w-3", "uid-w-3-new", ready=False))
     third = run(s, parked, back, T0 + 4, restart_holds=second.restart_holds)
-    assert units_of(third.new_table, "w-3") == mine
-    assert all(third.new_table.units[u].epoch > table.units[u].epoch for u in mine)
-    assert third.new_table.member_uids["w-3"] == "uid-w-3-new"
+    assert units_of(written(third), "w-3") == mine
+    assert all(written(third).units[u].epoch > table.units[u].epoch for u in mine)
+    assert written(third).member_uids["w-3"] == "uid-w-3-new"
 
 
 def test_a_parked_release_that_outlasts_the_grace_goes_to_the_siblings() -> None:
@@ -243,9 +244,9 @@ def test_a_parked_release_that_outlasts_the_grace_goes_to_the_siblings() -> None
     leaving = with_pod(workers(), WorkerPod("w-3", "uid-w-3", terminating=True))
     first = run(s, table, leaving, T0 + 1)
     # handoffTimeout (5 s) is over too: the never acknowledged release is forced to a sibling.
-    late = run(s, first.new_table, leaving, T0 + 1 + GRACE, restart_holds=first.restart_holds)
-    after = late.new_table.units
-    going = {u: after[u].releasing.to if after[u].releasing else after[u].owner for u in after}
+    late = run(s, written(first), leaving, T0 + 1 + GRACE, restart_holds=first.restart_holds)
+    after = written(late).units
+    going = {u: s.releasing.to if s.releasing else s.owner for u, s in after.items()}
     assert {going[u] for u in units_of(table, "w-3")} <= {"w-0", "w-1", "w-2"}
     assert late.restart_holds["w-3"].spent
 
@@ -268,16 +269,16 @@ def test_a_hold_is_in_the_status_before_the_table_that_leaves_its_units_unowned(
     first = run(s, table, with_pod(workers(), None), T0 + 1)
     state = SetState(reserved=table.epoch + 63)
     state.note_holds(first.restart_holds, GRACE)
-    written = state.reservation(first.new_table)
-    assert written is not None and written["restartHolds"][0]["pod"] == "w-3"
+    reserved = state.reservation(written(first))
+    assert reserved is not None and reserved["restartHolds"][0]["pod"] == "w-3"
 
-    successor = SetState.from_status(written)
+    successor = SetState.from_status(reserved)
     assert successor.restart_holds == {
         "w-3": replace(first.restart_holds["w-3"], since=float(int(T0 + 1)))
     }
-    assert successor.reservation(first.new_table) is None, "nothing new to write"
+    assert successor.reservation(written(first)) is None, "nothing new to write"
     again = run(
-        s, first.new_table, with_pod(workers(), None), T0 + 5, restart_holds=successor.restart_holds
+        s, written(first), with_pod(workers(), None), T0 + 5, restart_holds=successor.restart_holds
     )
     assert again.new_table is None, "the successor goes on waiting instead of placing them"
 
@@ -335,7 +336,7 @@ def test_a_pod_no_longer_selected_or_drained_is_not_held() -> None:
         departed=[WorkerPod("w-3", "uid-w-3", ready=False)],
     )
     assert not departed.restart_holds
-    assert set(departed.new_table.releasing()) == units_of(table, "w-3")
+    assert set(written(departed).releasing()) == units_of(table, "w-3")
     cordoned = WorkerPod("w-3", "uid-w-3", drained=True, ready=False)
     drained = run(s, table, with_pod(workers(), cordoned), T0 + 1)
     assert not drained.restart_holds

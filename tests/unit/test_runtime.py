@@ -29,7 +29,7 @@ class Script:
         self.key = KEY
         self.labels = ("ShardSet", "ns", "s")
         self.outcome = "unchanged"
-        self.logger = logging.getLogger("test")
+        self.logger: logging.Logger | logging.LoggerAdapter[Any] = logging.getLogger("test")
         self.steps, self.done = steps, done
         self.calls: list[str] = []
         self.retry_delays: list[float] = []

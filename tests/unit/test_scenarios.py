@@ -21,6 +21,7 @@ from apportion.engine.scenarios import (
     scale_out,
     zipf_load,
 )
+from tests.support.present import present
 
 SEEDED = ("crash", "zipf", "drift", "hot-key")
 
@@ -110,8 +111,8 @@ def test_rolling_update_one_pod_at_a_time_to_the_new_version() -> None:
 
 def test_zipf_loads_are_skewed_with_mean_one() -> None:
     scenario = zipf_load(units=1000, members=10, steps=2, seed=5, noise=0.0)
-    assert set(scenario.initial.loads.values()) == {1.0}
-    loads = np.array(list(scenario.steps[0].world.loads.values()))
+    assert set(present(scenario.initial.loads, "initial loads").values()) == {1.0}
+    loads = np.array(list(present(scenario.steps[0].world.loads, "loads").values()))
     assert loads.mean() == pytest.approx(1.0)
     ranked = np.sort(loads)[::-1]
     # Zipf: the k-th largest is 1/k^1.1 of the largest.
@@ -122,7 +123,7 @@ def test_zipf_loads_are_skewed_with_mean_one() -> None:
 
 def test_drift_keeps_the_spread_and_moves_the_loads() -> None:
     scenario = drifting_load(units=5000, members=10, steps=3, seed=6, sigma=0.5)
-    logs = [np.log(list(s.world.loads.values())) for s in scenario.steps]
+    logs = [np.log(list(present(s.world.loads, s.event).values())) for s in scenario.steps]
     for log in logs:
         assert log.std() == pytest.approx(0.5, rel=0.05)
     correlation = np.corrcoef(logs[0], logs[1])[0, 1]
@@ -135,7 +136,7 @@ def test_hot_key_heats_one_unit_relative_to_a_member() -> None:
     scenario = hot_key(units=200, members=4, steps=len(HEAT), seed=8)
     hot = scenario.steps[0].event.split()[0]
     for step, heat in zip(scenario.steps, HEAT, strict=True):
-        loads = step.world.loads
+        loads = present(step.world.loads, step.event)
         others = math.fsum(x for u, x in loads.items() if u != hot)
         assert loads[hot] == pytest.approx(heat * others / 4)
         assert max(x for u, x in loads.items() if u != hot) < 1.5

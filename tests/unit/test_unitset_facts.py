@@ -33,6 +33,7 @@ from apportion.engine.set_pass import (
     engine_members,
     initial_table,
 )
+from tests.support.present import present
 
 
 def pod_body(name: str, **changes: Any) -> dict[str, Any]:
@@ -164,7 +165,7 @@ def test_deployment_and_bare_pod_rollouts() -> None:
 
 
 def test_workload_selector() -> None:
-    assert statefulset("a", "a").label_selector().matches({"app": "w"})
+    assert present(statefulset("a", "a").label_selector(), "selector").matches({"app": "w"})
     assert WorkloadFact("StatefulSet", "w", {"matchLabels": {}}).label_selector() is None
 
 
@@ -180,7 +181,7 @@ def test_members_of_older_revisions_rank_lower_during_a_rollout() -> None:
     assert problems == []
 
 
-def spec_of(kind: type, **spec: Any) -> Any:
+def spec_of(kind: type[PartitionSet] | type[ShardSet], **spec: Any) -> Any:
     field = "partitions" if kind is PartitionSet else "shards"
     body = {field: 100, "selector": {"matchLabels": {"app": "w"}}, **spec}
     return kind.model_validate({"spec": body}).spec
@@ -201,7 +202,9 @@ def test_balanced_translation() -> None:
         topology_key="topology.kubernetes.io/zone",
         max_skew=2,
     )
-    assert strategy_for(spec, budget=0).options.max_moves == 0
+    without_budget = strategy_for(spec, budget=0)
+    assert isinstance(without_budget, Balanced)
+    assert without_budget.options.max_moves == 0
 
 
 def test_least_shards_percent_becomes_a_fraction() -> None:

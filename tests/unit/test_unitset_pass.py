@@ -27,6 +27,8 @@ from apportion.engine.set_pass import (
     plan_pass,
 )
 from apportion.engine.set_status import StatusInput, suspension_news, suspensions, unit_set_status
+from tests.support.passes import decided, written
+from tests.support.present import present
 
 REF = ResourceRef("PartitionSet", "ns", "demo", "set-uid")
 ACK = REF.ack_annotation
@@ -90,7 +92,7 @@ def settle(
         results.append(result)
         if result.new_table is None:
             return table, results
-        table = result.new_table
+        table = written(result)
         now += spec.rebalance.interval.total_seconds()
     raise AssertionError("no fixed point")
 
@@ -104,15 +106,15 @@ def spec() -> Any:
 def balanced4(spec: Any) -> AssignmentTable:
     result = run(spec, initial_table(REF, spec, 1), workers(4))
     assert result.new_table is not None
-    return result.new_table
+    return written(result)
 
 
 def test_first_pass_assigns_every_unit_evenly(spec: Any) -> None:
     result = run(spec, initial_table(REF, spec, 1), workers(4))
-    table = result.new_table
+    table = written(result)
     assert table is not None and table.epoch == 1
     assert counts(table) == {"w-0": 8, "w-1": 8, "w-2": 8, "w-3": 8}
-    assert {e.reason for e in result.decision.events} == {Reason.ASSIGNED}
+    assert {e.reason for e in decided(result).events} == {Reason.ASSIGNED}
     assert not result.round_started, "placing unowned units is not a rebalance round"
 
 
@@ -120,35 +122,35 @@ def test_scale_out_moves_the_minimum_through_releases(spec: Any, balanced4: Assi
     members = workers(5)
     result = run(spec, balanced4, members)
     assert len(result.kept) == 6 and result.held == 0 and result.round_started
-    table = result.new_table
+    table = written(result)
     assert table.epoch == 2 and len(table.releasing()) == 6
     assert {r.to for r in table.releasing().values()} == {"w-4"}
     assert counts(table)["w-4"] == 0, "nothing changes hands before the owners acknowledge"
-    assert "rebalancing 6 unit(s)" in result.summary
+    assert "rebalancing 6 unit(s)" in present(result.summary, "summary")
 
     done = run(spec, table, acked(table, members), now=1000.5)
-    final = done.new_table
+    final = written(done)
     assert sorted(counts(final).values()) == [6, 6, 6, 7, 7]
-    assert {e.reason for e in done.decision.events} == {Reason.HANDOFF_COMPLETED}
+    assert {e.reason for e in decided(done).events} == {Reason.HANDOFF_COMPLETED}
     assert all(final.units[u].epoch == 3 for u in table.releasing())
 
 
 def test_unacknowledged_release_is_forced_after_the_timeout(spec, balanced4) -> None:
     members = workers(5)
-    table = run(spec, balanced4, members).new_table
+    table = written(run(spec, balanced4, members))
     waiting = run(spec, table, members, now=1004.0)
-    assert waiting.new_table is None and waiting.decision.wake_at == 1005.0
+    assert waiting.new_table is None and decided(waiting).wake_at == 1005.0
     forced = run(spec, table, members, now=1005.0)
-    assert {e.reason for e in forced.decision.events} == {Reason.HANDOFF_TIMED_OUT}
-    assert counts(forced.new_table)["w-4"] == 6
+    assert {e.reason for e in decided(forced).events} == {Reason.HANDOFF_TIMED_OUT}
+    assert counts(written(forced))["w-4"] == 6
 
 
 def test_units_of_a_gone_pod_move_at_once_even_when_rebalancing_is_held(spec, balanced4):
     survivors = workers(4)[:3]
     rolling = Rollout(True, "rev-2", "rolling")
     result = run(spec, balanced4, survivors, last_round=999.9, rollout=rolling)
-    table = result.new_table
-    assert {e.reason for e in result.decision.events} == {Reason.OWNER_GONE}
+    table = written(result)
+    assert {e.reason for e in decided(result).events} == {Reason.OWNER_GONE}
     assert "w-3" not in counts(table) and sum(counts(table).values()) == 32
     assert result.hold_reason.startswith("rollout in progress")
 
@@ -157,21 +159,21 @@ def test_a_new_incarnation_of_the_same_name_does_not_inherit_units(spec, balance
     members = workers(4)
     members[3] = WorkerPod("w-3", "uid-w-3-again")
     result = run(spec, balanced4, members)
-    gone = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
+    gone = [e for e in decided(result).events if e.reason is Reason.OWNER_GONE]
     assert gone and all(e.source == "w-3" for e in gone)
-    assert result.new_table.member_uids["w-3"] == "uid-w-3-again"
+    assert written(result).member_uids["w-3"] == "uid-w-3-again"
 
 
 def test_rollout_holds_optional_moves_unless_told_not_to(balanced4) -> None:
     rolling = Rollout(True, "rev-2", "StatefulSet w: 1 of 5 member(s) at revision rev-2")
     held_spec = pset(rebalance={"interval": "1s"})
     held = run(held_spec, balanced4, workers(5), rollout=rolling)
-    assert held.new_table.releasing() == {} and held.held == 6
-    assert "StatefulSet w" in held.hold_reason
+    assert written(held).releasing() == {} and held.held == 6
+    assert "StatefulSet w" in present(held.hold_reason, "hold reason")
 
     free_spec = pset(rebalance={"interval": "1s", "pauseDuringRollout": False})
     free = run(free_spec, balanced4, workers(5), rollout=rolling)
-    assert len(free.new_table.releasing()) == 6
+    assert len(written(free).releasing()) == 6
 
 
 def test_a_round_waits_for_the_interval(spec, balanced4) -> None:
@@ -184,8 +186,8 @@ def test_a_round_waits_for_the_interval(spec, balanced4) -> None:
 def test_max_moves_per_round_bounds_optional_moves(balanced4) -> None:
     spec = pset(rebalance={"interval": "1s", "maxMovesPerRound": 2})
     result = run(spec, balanced4, workers(5))
-    assert len(result.new_table.releasing()) == 2
-    assert not result.plan.quality.converged and result.next_round == 1001.0
+    assert len(written(result).releasing()) == 2
+    assert not present(result.plan, "plan").quality.converged and result.next_round == 1001.0
     table, _ = settle(spec, balanced4, workers(5), now=1000.0)
     assert sorted(counts(table).values()) == [6, 6, 6, 7, 7]
 
@@ -193,8 +195,8 @@ def test_max_moves_per_round_bounds_optional_moves(balanced4) -> None:
 def test_zero_moves_per_round_still_places_units_of_gone_pods(balanced4) -> None:
     spec = pset(rebalance={"maxMovesPerRound": 0})
     result = run(spec, balanced4, workers(3))
-    assert sum(counts(result.new_table).values()) == 32
-    assert run(spec, result.new_table, workers(4)).new_table.releasing() == {}
+    assert sum(counts(written(result)).values()) == 32
+    assert written(run(spec, written(result), workers(4))).releasing() == {}
 
 
 def test_no_members_keeps_the_published_table_and_says_why(spec, balanced4) -> None:
@@ -215,9 +217,9 @@ def test_a_pod_no_longer_selected_hands_its_units_off(spec, balanced4) -> None:
     selected = workers(4)[:3]
     departed = workers(4)[3:]
     result = run(spec, balanced4, selected, departed=departed)
-    releases = result.new_table.releasing()
+    releases = written(result).releasing()
     assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-3"}
-    assert counts(result.new_table)["w-3"] == 8, "kept until w-3 acknowledges"
+    assert counts(written(result))["w-3"] == 8, "kept until w-3 acknowledges"
 
 
 def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None:
@@ -225,7 +227,7 @@ def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None
     me = Incarnation("w-0", "uid-w-0")
     ack = make_ack(balanced4, me, draining=True).to_annotation()
     members[0] = WorkerPod("w-0", "uid-w-0", acks={ACK: ack})
-    releases = run(spec, balanced4, members).new_table.releasing()
+    releases = written(run(spec, balanced4, members)).releasing()
     assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-0"}
 
 
@@ -233,7 +235,7 @@ def test_terminating_pods_are_drained_at_once(spec, balanced4) -> None:
     members = workers(4)
     members[1] = WorkerPod("w-1", "uid-w-1", terminating=True)
     result = run(spec, balanced4, members, last_round=999.9)
-    assert len(result.new_table.releasing()) == 8, "forced moves do not wait for a round"
+    assert len(written(result).releasing()) == 8, "forced moves do not wait for a round"
 
 
 def test_a_drained_pod_hands_everything_off_and_takes_units_back_when_uncordoned(
@@ -242,11 +244,11 @@ def test_a_drained_pod_hands_everything_off_and_takes_units_back_when_uncordoned
     members = workers(4)
     members[1] = replace(members[1], drained=True)
     first = run(spec, balanced4, members, last_round=999.9)
-    releases = first.new_table.releasing()
+    releases = written(first).releasing()
     assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-1"}
     assert "w-1" not in {r.to for r in releases.values()}
-    assert counts(first.new_table)["w-1"] == 8, "kept until w-1 acknowledges: a hand-off"
-    drained, _ = settle(spec, first.new_table, members, 1000.0)
+    assert counts(written(first))["w-1"] == 8, "kept until w-1 acknowledges: a hand-off"
+    drained, _ = settle(spec, written(first), members, 1000.0)
     assert sorted(counts(drained).values()) == [0, 10, 11, 11]
     assert counts(drained)["w-1"] == 0
     uncordoned, _ = settle(spec, drained, workers(4), 2000.0)
@@ -264,7 +266,7 @@ def test_invalid_ack_is_reported(spec, balanced4) -> None:
 def test_capacity_label_weighs_members() -> None:
     spec = pset(strategy={"name": "Balanced", "balanced": {"capacityLabel": "cap"}})
     members = [WorkerPod("a", "ua", {"cap": "3"}), WorkerPod("b", "ub", {"cap": "1"})]
-    table = run(spec, initial_table(REF, spec, 1), members).new_table
+    table = written(run(spec, initial_table(REF, spec, 1), members))
     assert counts(table) == {"a": 24, "b": 8}
     bad = [WorkerPod("a", "ua", {"cap": "lots"}), WorkerPod("b", "ub")]
     result = run(spec, initial_table(REF, spec, 1), bad)
@@ -280,7 +282,7 @@ def test_least_shards_moves_at_most_its_limit_per_round_and_converges() -> None:
         rebalance={"interval": "1s", "maxMovesPerRound": "100%"},
     )
     ref = ResourceRef("ShardSet", "ns", "carts", "uid")
-    table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
+    table = written(run(spec, initial_table(ref, spec, 1), workers(3)))
     assert sorted(counts(table).values()) == [333, 333, 334]
     table, results = settle(spec, table, workers(4), now=2000.0)
     rounds = [r for r in results if r.round_started]
@@ -292,26 +294,26 @@ def test_least_shards_moves_at_most_its_limit_per_round_and_converges() -> None:
 def test_rollout_prefers_new_revision_members_for_least_shards() -> None:
     spec = sset(strategy={"name": "LeastShards"})
     ref = ResourceRef("ShardSet", "ns", "carts", "uid")
-    table = run(spec, initial_table(ref, spec, 1), workers(3)).new_table
+    table = written(run(spec, initial_table(ref, spec, 1), workers(3)))
     members = [
         WorkerPod("w-0", "uid-w-0", revision="old"),
         WorkerPod("w-1", "uid-w-1", revision="old"),
         WorkerPod("w-3", "uid-w-3", revision="new"),
     ]
     result = run(spec, table, members, rollout=Rollout(True, "new", "rolling"))
-    moved = [e for e in result.decision.events if e.reason is Reason.OWNER_GONE]
+    moved = [e for e in decided(result).events if e.reason is Reason.OWNER_GONE]
     assert {e.target for e in moved} == {"w-3"}, "w-2's shards go to the new revision"
 
 
 def test_epochs_continue_from_the_reported_epoch() -> None:
     spec = pset()
     table = initial_table(REF, spec, 1, epoch=41)
-    assert run(spec, table, workers(2)).new_table.epoch == 42
+    assert written(run(spec, table, workers(2))).epoch == 42
 
 
 def test_status_of_a_balanced_set() -> None:
     spec = pset()
-    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    table = written(run(spec, initial_table(REF, spec, 1), workers(4)))
     members = workers(4)
     result = run(spec, table, members)
     status = unit_set_status(StatusInput(table, result, members, 1, "demo-cm", NOW, last_round=0.0))
@@ -334,9 +336,9 @@ def test_status_of_a_balanced_set() -> None:
 
 def test_status_while_handing_off() -> None:
     spec = pset()
-    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    table = written(run(spec, initial_table(REF, spec, 1), workers(4)))
     result = run(spec, table, workers(5))
-    status = unit_set_status(StatusInput(result.new_table, result, workers(5), 1, "cm", NOW))
+    status = unit_set_status(StatusInput(written(result), result, workers(5), 1, "cm", NOW))
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions["Balanced"] == ("False", "HandoffInProgress")
     assert conditions["Progressing"] == ("True", "HandoffInProgress")
@@ -347,13 +349,13 @@ def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
     spec, balanced4
 ) -> None:
     members = workers(5)
-    table = run(spec, balanced4, members).new_table
+    table = written(run(spec, balanced4, members))
     w0 = Incarnation("w-0", "uid-w-0")
     stuck = sorted(u for u, r in table.releasing().items() if table.units[u].owner == "w-0")
     ack = make_ack(table, w0, pending=stuck, failing=dict.fromkeys(stuck, "OSError: flush"))
     members[0] = replace(members[0], acks={ACK: ack.to_annotation()})
     result = run(spec, table, members, now=1001.0)
-    assert result.new_table is None and set(result.decision.failing) == set(stuck)
+    assert result.new_table is None and set(decided(result).failing) == set(stuck)
     (problem,) = result.problems
     assert problem.reason == "ReleaseFailing"
     assert problem.message.startswith(f"w-0 cannot release {len(stuck)} unit(s) ({stuck[0]}")
@@ -364,8 +366,8 @@ def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
     assert status["releasesFailing"] == len(stuck) and status["movesInProgress"] == 6
     # The owner never succeeds: handoffTimeout reassigns, and nothing is reported failing.
     forced = run(spec, table, members, now=1005.0)
-    assert {e.reason for e in forced.decision.events} == {Reason.HANDOFF_TIMED_OUT}
-    assert forced.problems == () and forced.decision.failing == {}
+    assert {e.reason for e in decided(forced).events} == {Reason.HANDOFF_TIMED_OUT}
+    assert forced.problems == () and decided(forced).failing == {}
 
 
 def test_suspensions_told_by_acks_are_counted_in_the_status_and_each_new_one_reported(
@@ -433,11 +435,11 @@ def test_every_membership_settles_balanced_with_one_owner_per_unit(changes) -> N
 
 def test_not_balanced_while_a_member_is_starting() -> None:
     spec = pset()
-    table = run(spec, initial_table(REF, spec, 1), workers(4)).new_table
+    table = written(run(spec, initial_table(REF, spec, 1), workers(4)))
     members = [*workers(4), WorkerPod("w-4", "uid-w-4", ready=False)]
     result = run(spec, table, members)
     assert result.new_table is not None and not result.kept, "w-4 joins, takes nothing yet"
-    status = unit_set_status(StatusInput(result.new_table, result, members, 1, "cm", NOW))
+    status = unit_set_status(StatusInput(written(result), result, members, 1, "cm", NOW))
     (balanced,) = [c for c in status["conditions"] if c["type"] == "Balanced"]
     assert (balanced["status"], balanced["reason"]) == ("False", "MembersNotReady")
     assert balanced["message"] == "waiting for 1 member(s): w-4"
@@ -454,9 +456,9 @@ def test_a_pin_to_a_pod_that_is_not_a_member_is_reported_and_placed_by_the_fallb
     result = run(spec, initial_table(REF, spec, 1), workers(2))
     assert [p.reason for p in result.problems] == ["PinToUnknownPod"]
     assert "unit 1 → 'gohst-7'" in result.problems[0].message
-    placed = result.new_table.owners()
+    placed = written(result).owners()
     assert placed["0"] == "w-1" and placed["1"] in {"w-0", "w-1"}
-    status = unit_set_status(StatusInput(result.new_table, result, workers(2), 1, "cm", NOW))
+    status = unit_set_status(StatusInput(written(result), result, workers(2), 1, "cm", NOW))
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "PinToUnknownPod")
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
@@ -480,7 +482,7 @@ def test_the_first_placement_waits_for_the_workloads_replicas_then_places_evenly
     )
     assert conditions["Degraded"]["status"] == "False", "waiting at start-up is no fault"
     placed = run(spec, table, workers(3), now=1001.0, desired_members=3, created=990.0)
-    assert sorted(counts(placed.new_table).values()) == [100, 100, 100]
+    assert sorted(counts(written(placed)).values()) == [100, 100, 100]
 
 
 def test_the_start_up_wait_ends_at_its_timeout_and_min_members_waits_for_good() -> None:
@@ -493,7 +495,7 @@ def test_the_start_up_wait_ends_at_its_timeout_and_min_members_waits_for_good() 
     forever = run(pinned, initial_table(REF, pinned, 1), starting, now=99999.0, created=990.0)
     assert forever.new_table is None and forever.wake_at is None
     # Once something was placed, the barrier is gone: later fleets rebalance as usual.
-    assert run(pinned, late.new_table, starting, now=99999.0).problems == ()
+    assert run(pinned, written(late), starting, now=99999.0).problems == ()
 
 
 def _moves(tables: list[AssignmentTable]) -> Counter[str]:
@@ -524,7 +526,7 @@ def _scale_up(spec: Any, before: int, after: int) -> tuple[list[AssignmentTable]
             result = run(spec, table, acked(table, fleet), desired_members=after)
             if result.new_table is None:
                 break
-            table = result.new_table
+            table = written(result)
             tables.append(table)
     assert first is not None
     return tables, first

@@ -21,6 +21,7 @@ from apportion.api.assignment import (
     encode_assignment,
 )
 from apportion.api.worker_report import RELEASE_FAILURES, WorkerReport
+from apportion.publishing.client import decode
 from apportion.worker import _worker as worker_module
 from apportion.worker._worker import Hooks, Worker, WorkerOptions
 from tests.unit.fake_apiserver import FakeApiServer
@@ -74,7 +75,7 @@ class FakeApi:
 
     @property
     def root(self) -> ConfigMap:
-        return ConfigMap.from_dict(self.server.objects[("configmaps", "ns", ROOT)])
+        return decode(ConfigMap, self.server.objects[("configmaps", "ns", ROOT)])
 
     async def get(self, res: type, name: str, *, namespace: str) -> Any:
         assert res is Pod and name == ME.name
