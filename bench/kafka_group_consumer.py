@@ -188,7 +188,8 @@ def run_librdkafka(args: argparse.Namespace, log: Log, ready: threading.Event) -
                 time.sleep(args.work_time)
                 partition, offset = message.partition(), message.offset()
                 # Set on every record fetched without an error (None where not applicable).
-                assert partition is not None and offset is not None
+                assert partition is not None
+                assert offset is not None
                 log.processed(partition, offset, message.key(), message.value())
     finally:
         consumer.close()  # commits; leaves the group unless static

@@ -43,8 +43,10 @@ def test_crds_are_established_with_names_and_categories(dev_cluster, crds) -> No
     resources = dev_cluster.kubectl("api-resources", "--api-group=apportion.dev", "-o", "wide")
     lines = {line.split()[0]: line for line in resources.stdout.splitlines()[1:]}
     assert set(lines) == {"graintypes", "partitionsets", "shardsets"}
-    assert "pset" in lines["partitionsets"] and "apportion" in lines["partitionsets"]
-    assert "sset" in lines["shardsets"] and "gtype" in lines["graintypes"]
+    assert "pset" in lines["partitionsets"]
+    assert "apportion" in lines["partitionsets"]
+    assert "sset" in lines["shardsets"]
+    assert "gtype" in lines["graintypes"]
 
 
 def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) -> None:
@@ -350,7 +352,8 @@ def test_key_mapping_fields_are_immutable(
         json.dumps({"spec": {field: value}}),
         check=False,
     )
-    assert result.returncode != 0 and message in result.stderr
+    assert result.returncode != 0
+    assert message in result.stderr
     assert get(dev_cluster, namespace, "partitionset/fixed")["spec"]["partitions"] == 32
 
 
@@ -381,7 +384,8 @@ def test_apportion_sets_split_and_merge_by_integer_factors(dev_cluster, crds, na
         json.dumps({"spec": {"partitions": 0}}),
         check=False,
     )
-    assert refused.returncode != 0 and "should be greater than or equal to 1" in refused.stderr
+    assert refused.returncode != 0
+    assert "should be greater than or equal to 1" in refused.stderr
     assert "modulus by zero" not in refused.stderr, refused.stderr
 
 
@@ -421,7 +425,8 @@ def test_status_from_the_models_is_accepted_and_shown_in_columns(
         json.dumps({"status": status.to_json_dict()}),
     )
     stored = get(dev_cluster, namespace, "partitionset/shown")["status"]
-    assert stored["imbalance"] == "1.06" and stored["memberUnits"][0] == {
+    assert stored["imbalance"] == "1.06"
+    assert stored["memberUnits"][0] == {
         "member": "w-0",
         "units": 8,
         "load": "1.50",
@@ -488,4 +493,5 @@ def test_kubectl_explain_shows_field_descriptions(dev_cluster, crds) -> None:
     explained = dev_cluster.kubectl("explain", "partitionset.spec.rebalance.handoffTimeout").stdout
     assert "acknowledge a hand-off" in explained
     explained = dev_cluster.kubectl("explain", "graintype.spec.strategy").stdout
-    assert "resourceOptimized" in explained and "ResourceOptimized (default)" in explained
+    assert "resourceOptimized" in explained
+    assert "ResourceOptimized (default)" in explained

@@ -157,7 +157,8 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
     figures["commit_to_balanced_s"] = round(settled_at - started, 2)
 
     obj = get(kubectl, ns, "pset", SET)
-    assert obj["spec"]["partitions"] == 32 and obj["status"]["assignedUnits"] == 32
+    assert obj["spec"]["partitions"] == 32
+    assert obj["status"]["assignedUnits"] == 32
     assert obj["spec"]["strategy"]["name"] == "LeastShards"
     assert epochs == sorted(epochs), f"status.epoch went back: {epochs}"
     assert epochs[-1] > epochs[0]
@@ -167,7 +168,8 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
     seen_epochs = [v.get("status", {}).get("epoch", 0) for v in versions]
     assert seen_epochs == sorted(seen_epochs), f"status.epoch went back: {seen_epochs}"
     partitions = [v["spec"]["partitions"] for v in versions]
-    assert partitions == sorted(partitions) and partitions[-1] == 32, partitions
+    assert partitions == sorted(partitions), partitions
+    assert partitions[-1] == 32, partitions
     figures["set_versions_watched"] = len(versions)
     figures["epochs"] = sorted(set(seen_epochs))
 
@@ -177,8 +179,10 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
     figures["managed_fields"] = [[*m[:3], ",".join(m[3])] for m in owned]
     flux_entries = [m for m in owned if m[0] == FLUX_MANAGER]
     operator_entries = [m for m in owned if m[0] == OPERATOR_MANAGER]
-    assert flux_entries and all(m[1] == "Apply" and m[2] == "" for m in flux_entries), owned
-    assert operator_entries and all(m[2] == "status" for m in operator_entries), owned
+    assert flux_entries, owned
+    assert all(m[1] == "Apply" and m[2] == "" for m in flux_entries), owned
+    assert operator_entries, owned
+    assert all(m[2] == "status" for m in operator_entries), owned
     flux_fields = json.dumps(
         [e for e in obj["metadata"]["managedFields"] if e["manager"] == FLUX_MANAGER]
     )
@@ -227,12 +231,15 @@ def test_flux_reports_a_rejected_spec_then_prunes_the_set(
     figures["commit_to_rejected_s"] = round(time.monotonic() - started, 2)
     message = condition(rejected, "Ready")["message"]
     figures["rejected_message"] = message
-    assert "spec.partitions" in message and "greater than or equal to 1" in message, message
+    assert "spec.partitions" in message, message
+    assert "greater than or equal to 1" in message, message
     assert not rejected["status"].get("lastAppliedRevision", "").endswith(sha)
     time.sleep(5)  # another retry (retryInterval 2s): still rejected, nothing changed
     obj = get(kubectl, ns, "pset", SET)
-    assert obj["metadata"]["uid"] == uid and obj["metadata"]["generation"] == generation
-    assert obj["spec"]["partitions"] == 16 and is_true(obj, "Ready")
+    assert obj["metadata"]["uid"] == uid
+    assert obj["metadata"]["generation"] == generation
+    assert obj["spec"]["partitions"] == 16
+    assert is_true(obj, "Ready")
     assert condition(gitops.kustomization(), "Ready")["status"] == "False"
 
     # A fix is applied again.
@@ -321,7 +328,8 @@ def test_flux_fails_on_a_stalled_set_and_prunes_it_with_the_operator_stopped(
     assert f"PartitionSet/{ns}/{SET} status: 'Failed'" in message, message
     obj = get(kubectl, ns, "pset", SET)
     stalled = condition(obj, "Stalled")
-    assert stalled["status"] == "True" and stalled["reason"] == "WorkloadNotFound", stalled
+    assert stalled["status"] == "True", stalled
+    assert stalled["reason"] == "WorkloadNotFound", stalled
     assert "not-there" in stalled["message"], stalled
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     assert serving(ownership_log(dev_cluster, ns, pods, owner)) == served

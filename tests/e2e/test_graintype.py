@@ -267,20 +267,26 @@ def test_table_lists_compatible_members_with_labels_addresses_and_status(fleet, 
         assert member.address == fleet.ips[member.name]
         assert member.labels[ROLE] == ROLES[member.name]
         assert member.labels["zone"] == ZONES[member.name]
-    assert table.grain_types == ["hash"] and table.strategy.name == "HashBased"
+    assert table.grain_types == ["hash"]
+    assert table.strategy.name == "HashBased"
     obj = fleet.get("configmap", configmap_name("hash"))
     (owner,) = obj["metadata"]["ownerReferences"]
-    assert owner["kind"] == "GrainType" and owner["name"] == "hash" and owner["controller"]
+    assert owner["kind"] == "GrainType"
+    assert owner["name"] == "hash"
+    assert owner["controller"]
 
     def ready() -> dict[str, Any] | None:
         status = fleet.get("graintype", "hash").get("status") or {}
         return status if status.get("compatibleMembers") == 8 else None
 
     status = wait_for(ready, timeout=30, message="status never counted 8 compatible members")
-    assert status["members"] == 8 and status["overloadedMembers"] == 0
-    assert status["placementTable"] == "hash-placement" and status["tableVersion"] >= 1
+    assert status["members"] == 8
+    assert status["overloadedMembers"] == 0
+    assert status["placementTable"] == "hash-placement"
+    assert status["tableVersion"] >= 1
     conditions = {c["type"]: c for c in status["conditions"]}
-    assert conditions["Ready"]["status"] == "True" and conditions["Ready"]["reason"] == "Published"
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Ready"]["reason"] == "Published"
     columns = fleet.kubectl("get", "-n", fleet.namespace, "graintype", "hash").stdout
     header, row = columns.splitlines()
     assert header.split()[:7] == [
@@ -345,12 +351,15 @@ def test_role_and_required_match_never_place_outside_their_set(fleet, wait_for):
     )
     batch = {w for w in WORKERS if ROLES[w] == "batch"}
     for placer, chosen in fleet.placements("batch-only").items():
-        assert sum(chosen.values()) == 40 and set(chosen) <= batch, (placer, chosen)
+        assert sum(chosen.values()) == 40, (placer, chosen)
+        assert set(chosen) <= batch, (placer, chosen)
     for placer, chosen in fleet.placements("zonal").items():
         same_zone = {w for w in WORKERS if ZONES[w] == ZONES[placer]}
-        assert sum(chosen.values()) == 40 and set(chosen) <= same_zone, (placer, chosen)
+        assert sum(chosen.values()) == 40, (placer, chosen)
+        assert set(chosen) <= same_zone, (placer, chosen)
     hosted = fleet.hosted("batch-only")
-    assert sum(hosted.values()) == 320 and all(hosted[w] == 0 for w in WORKERS if w not in batch)
+    assert sum(hosted.values()) == 320
+    assert all(hosted[w] == 0 for w in WORKERS if w not in batch)
 
 
 def test_prefer_local_stays_local(fleet, wait_for):
@@ -371,7 +380,8 @@ def test_hash_strategies_agree_across_workers(fleet, wait_for):
     for name in ("hash", "ring"):
         tallies = list(fleet.placements(name).values())
         assert all(t == tallies[0] for t in tallies), f"{name}: workers disagree: {tallies}"
-        assert sum(tallies[0].values()) == 50 and len(tallies[0]) > 1
+        assert sum(tallies[0].values()) == 50
+        assert len(tallies[0]) > 1
 
 
 def test_stateless_worker_is_local_up_to_max_local(fleet, wait_for):
@@ -437,11 +447,13 @@ def test_explain_reads_the_live_table(fleet, wait_for):
         check=True,
     )
     why = json.loads(result.stdout)
-    assert why["graintype"] == "zonal" and not why["viaDefault"]
+    assert why["graintype"] == "zonal"
+    assert not why["viaDefault"]
     assert why["chosen"] in {"w-2", "w-3"}
     (step,) = why["filters"]
     assert step["filter"] == "RequiredMatch(zone)"
-    assert step["kept"] == ["w-2", "w-3"] and len(step["removed"]) == 6
+    assert step["kept"] == ["w-2", "w-3"]
+    assert len(step["removed"]) == 6
     assert {c["member"] for c in why["candidates"]} == {"w-2", "w-3"}
     missing = subprocess.run(
         [sys.executable, "-m", "apportion", "explain", "grain", "nope", "x", "-n", "no-such-ns"],
@@ -450,7 +462,8 @@ def test_explain_reads_the_live_table(fleet, wait_for):
         text=True,
         check=False,
     )
-    assert missing.returncode == 1 and "no placement table for grain type 'nope'" in missing.stdout
+    assert missing.returncode == 1
+    assert "no placement table for grain type 'nope'" in missing.stdout
 
 
 def test_kubectl_apportion_explains_where_a_worker_places_a_grain(fleet, wait_for):
@@ -514,7 +527,8 @@ def test_an_overloaded_member_receives_nothing_new(fleet, wait_for):
     )
     for name in ("shed-count", "shed-resource"):
         chosen = sum(fleet.placements(name).values(), Counter())
-        assert sum(chosen.values()) == 160 and chosen["w-7"] == 0, (name, chosen)
+        assert sum(chosen.values()) == 160, (name, chosen)
+        assert chosen["w-7"] == 0, (name, chosen)
         assert fleet.hosted(name)["w-7"] == 0
 
 
@@ -587,7 +601,8 @@ def test_a_spec_change_is_published_at_once_and_followed_by_workers(fleet, wait_
     after = fleet.wait_until_workers_see("local", wait_for)
     assert after > before
     table = fleet.table("local")
-    assert table.strategy.name == "SiloRoleBased" and table.grain_type.generation == 2
+    assert table.strategy.name == "SiloRoleBased"
+    assert table.grain_type.generation == 2
     # Without a fixed role, the grain id names the role (Orleans).
     earlier = fleet.placements("local")["w-0"]
     fleet.drive({"w-0": [{"grainType": "local", "ids": ["batch"] * 10 + ["web"] * 6}]})
@@ -597,7 +612,8 @@ def test_a_spec_change_is_published_at_once_and_followed_by_workers(fleet, wait_
         by_role[ROLES[member]] += count
     assert by_role == Counter({"batch": 10, "web": 6})
     status = fleet.get("graintype", "local")["status"]
-    assert status["observedGeneration"] == 2 and status["tableVersion"] == after
+    assert status["observedGeneration"] == 2
+    assert status["tableVersion"] == after
 
 
 def test_two_graintypes_claiming_one_grain_type_are_degraded(fleet, wait_for):
@@ -645,8 +661,10 @@ def test_no_members_is_reported(fleet, wait_for):
         return found if "Degraded" in found else None
 
     found = wait_for(conditions, timeout=30, message="no conditions on GrainType empty")
-    assert found["Ready"]["status"] == "False" and found["Ready"]["reason"] == "NoMembers"
-    assert found["Degraded"]["status"] == "True" and found["Degraded"]["reason"] == "NoMembers"
+    assert found["Ready"]["status"] == "False"
+    assert found["Ready"]["reason"] == "NoMembers"
+    assert found["Degraded"]["status"] == "True"
+    assert found["Degraded"]["reason"] == "NoMembers"
     assert "app=nobody" in found["Degraded"]["message"]
     assert fleet.table("empty").members == []
     events = fleet.get("events", "--field-selector", "involvedObject.name=empty")
@@ -688,7 +706,8 @@ def test_invalid_specs_are_rejected_by_the_api_server(fleet, spec, message):
     result = fleet.kubectl(
         "apply", "-n", fleet.namespace, "-f", "-", input=yaml.safe_dump(body), check=False
     )
-    assert result.returncode != 0 and message in result.stderr, result.stderr
+    assert result.returncode != 0, result.stderr
+    assert message in result.stderr, result.stderr
     assert fleet.kubectl("get", "-n", fleet.namespace, "graintype", "bad", check=False).returncode
 
 
@@ -726,4 +745,5 @@ def test_a_restarted_operator_continues_from_the_published_tables(fleet, wait_fo
 def test_operator_log_is_clean(fleet):
     log = fleet.log.read_text()
     assert "Published placement table version 1" in log
-    assert "Publishing pass failed" not in log and "Traceback" not in log
+    assert "Publishing pass failed" not in log
+    assert "Traceback" not in log

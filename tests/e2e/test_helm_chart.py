@@ -290,7 +290,8 @@ def test_install_upgrade_and_uninstall_as_the_docs_say(
         == "1"
     )
     status = helm("status", "apportion", "-n", NAMESPACE, kubeconfig).stdout
-    assert "STATUS: deployed" in status and "REVISION: 2" in status
+    assert "STATUS: deployed" in status
+    assert "REVISION: 2" in status
 
     helm("uninstall", "apportion", "-n", NAMESPACE, kubeconfig)
     assert not exists(*statefulset)

@@ -99,5 +99,6 @@ def test_accepted_and_reported_in_a_condition(operator, namespace, kubectl, wait
     finally:
         print("\n".join(missing))
     long = get(kubectl, namespace, "pset", LONG)
-    assert is_true(long, "Ready") and long["status"]["assignmentConfigMap"]
+    assert is_true(long, "Ready")
+    assert long["status"]["assignmentConfigMap"]
     assert "Traceback" not in operator.text()

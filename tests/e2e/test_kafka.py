@@ -237,7 +237,8 @@ def test_consumers_follow_the_partitionset_through_scaling_and_a_sigkill(
     for partition, offset in duplicates:
         copies = [d for d in done if (d.partition, d.offset) == (partition, offset)]
         first, *again = copies
-        assert first.pod == victim and first.time < killed_at, copies
+        assert first.pod == victim, copies
+        assert first.time < killed_at, copies
         assert str(partition) in victim_units, copies
         assert offset >= last_commit.get(partition, 0), (copies, last_commit)
         assert all(d.time > killed_at for d in again), copies
@@ -386,7 +387,8 @@ def test_a_consumer_cut_off_from_the_api_server_stops_before_its_partitions_move
             continue
         first_copy, *again = [d for d in done if (d.partition, d.offset) == (partition, offset)]
         assert str(partition) in moved, (first_copy, again)
-        assert first_copy.pod == victim and first_copy.time < suspended[str(partition)]
+        assert first_copy.pod == victim
+        assert first_copy.time < suspended[str(partition)]
         assert offset >= last_commit.get(partition, 0), (first_copy, last_commit)
         assert all(d.pod != victim for d in again), again
 

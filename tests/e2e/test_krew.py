@@ -110,4 +110,5 @@ def test_kubectl_runs_the_plugin_krew_installed(
     assert f"no PartitionSet or ShardSet 'nothing-here' in namespace {namespace}" in asked.stderr
     # Without an interpreter that has the package, a clear word instead of a traceback.
     bare = kubectl_apportion("top", "nothing-here", APPORTION_PYTHON="/usr/bin/python3")
-    assert bare.returncode != 0 and "pip install apportion" in bare.stderr
+    assert bare.returncode != 0
+    assert "pip install apportion" in bare.stderr

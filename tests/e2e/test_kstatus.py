@@ -149,7 +149,8 @@ def test_a_partitionset_reads_right_under_kstatus_through_its_phases(
     )
     if patched["status"]["observedGeneration"] < patched["metadata"]["generation"]:
         verdict, message = kstatus_of(kstatus_binary, patched)
-        assert verdict == IN_PROGRESS and "generation" in message
+        assert verdict == IN_PROGRESS
+        assert "generation" in message
         record(patched, "partitionset-generation-behind")
     walk.until(CURRENT, None, "observed", check=lambda o: o["metadata"]["generation"] == 2)
 

@@ -99,7 +99,8 @@ def test_locate_top_drain_uncordon_history_and_plan(
     )
     history = plugin("history", "k")
     reasons = [row[2] for row in rows(history)]
-    assert "HandoffStarted" in reasons and "HandoffCompleted" in reasons
+    assert "HandoffStarted" in reasons
+    assert "HandoffCompleted" in reasons
     assert "HandoffTimedOut" not in reasons
 
     # plan: with the operator stopped, a fourth pod joins; the next pass would move one unit

@@ -227,7 +227,9 @@ def test_operator_runs_as_its_service_account_with_leader_election(
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=20) == 0
     text = log.read_text()
-    assert "403" not in text and "Forbidden" not in text and "Traceback" not in text, text
+    assert "403" not in text, text
+    assert "Forbidden" not in text, text
+    assert "Traceback" not in text, text
 
 
 def sample_docs(name: str, *kinds: str) -> str:

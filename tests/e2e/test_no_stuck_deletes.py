@@ -43,4 +43,5 @@ def test_sets_and_their_namespace_delete_with_the_operator_stopped(
         kubectl("delete", "-n", namespace, short, "--all", "--timeout=30s")
     kubectl("delete", "namespace", namespace, "--timeout=120s")
     gone = kubectl("get", "namespace", namespace, check=False)
-    assert gone.returncode != 0 and "NotFound" in gone.stderr
+    assert gone.returncode != 0
+    assert "NotFound" in gone.stderr

@@ -123,7 +123,8 @@ def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> 
     assert counts(done) == {"w-0": 3, "w-1": 3, "w-2": 3, "w-3": 3}
     for unit, release in in_flight.releasing().items():
         state = done.units[unit]
-        assert state.owner == release.to and state.epoch > in_flight.epoch
+        assert state.owner == release.to
+        assert state.epoch > in_flight.epoch
     for name, units in done.by_member().items():
         me = Incarnation(name, done.member_uids[name])
         assert owned_units(done, me) == frozenset(units), "one owner per unit"
@@ -134,13 +135,16 @@ def finished_by_standby(pair: Pair, in_flight, namespace, kubectl, wait_for) -> 
         "Balanced under the standby",
     )
     status = get(kubectl, namespace, "pset", "ha")["status"]
-    assert status["epoch"] >= done.epoch and status["movesInProgress"] == 0
+    assert status["epoch"] >= done.epoch
+    assert status["movesInProgress"] == 0
     evs = events(kubectl, namespace, "ha")
     completed = [e for e in evs if e["reason"] == "HandoffCompleted"]
-    assert completed and {e["reportingInstance"] for e in completed} == {"operator-standby"}
+    assert completed
+    assert {e["reportingInstance"] for e in completed} == {"operator-standby"}
     assert not [e for e in evs if e["reason"] == "HandoffTimedOut"]
     before, resumed, after = pair.standby.text().partition("Leading (Lease")
-    assert resumed and "Published epoch" not in before, "the standby waited its turn"
+    assert resumed, "the standby waited its turn"
+    assert "Published epoch" not in before, "the standby waited its turn"
     assert "Published epoch" in after
     assert pair.standby.samples("apportion_operator_leader") == [1]
     assert pair.standby.samples("apportion_operator_table_epoch") == [
@@ -196,4 +200,5 @@ def test_standby_finishes_a_slow_release_of_demo_workers(
     for unit in in_flight.releasing():
         release = next(o for o in log if o.unit == unit and o.action == "release")
         acquire = next(o for o in log if o.unit == unit and o.pod == "w-3")
-        assert release.time < acquire.time and acquire.token == done.units[unit].epoch
+        assert release.time < acquire.time
+        assert acquire.token == done.units[unit].epoch

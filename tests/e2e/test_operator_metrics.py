@@ -112,4 +112,5 @@ def test_metrics_pass_promtool_and_describe_the_set(
         for s in operator.samples_of("apportion_operator_passes_total")
         if s.labels["kind"] == "GrainType" and s.labels["namespace"] == namespace
     ]
-    assert grain_passes and all(s.labels["set"] == "g" for s in grain_passes)
+    assert grain_passes
+    assert all(s.labels["set"] == "g" for s in grain_passes)

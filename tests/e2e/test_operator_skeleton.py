@@ -106,7 +106,8 @@ def test_ready_and_observed_generation(dev_cluster, watched, kind: str) -> None:
     assert status["observedGeneration"] == obj["metadata"]["generation"] == 1
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "False"
-    assert ready["reason"] == "NoMembers" and ready["observedGeneration"] == 1
+    assert ready["reason"] == "NoMembers"
+    assert ready["observedGeneration"] == 1
     assert ready["lastTransitionTime"].endswith("Z")
 
 
@@ -138,7 +139,8 @@ def test_spec_change_is_observed_without_a_new_transition(
 
     obj = wait_for(observed, timeout=30, message="observedGeneration 2")
     ready = obj["status"]["conditions"][0]
-    assert ready["type"] == before["type"] and ready["observedGeneration"] == 2
+    assert ready["type"] == before["type"]
+    assert ready["observedGeneration"] == 2
     assert ready["lastTransitionTime"] == before["lastTransitionTime"]
 
 

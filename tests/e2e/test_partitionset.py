@@ -82,11 +82,14 @@ def test_placed_evenly_then_scaled_out_with_the_fewest_acknowledged_moves(
     obj = get(kubectl, namespace, "pset", "demo")
     status = obj["status"]
     assert status["members"] == status["readyMembers"] == 4
-    assert status["assignedUnits"] == 32 and status["movesInProgress"] == 0
-    assert status["imbalance"] == "1.00" and status["observedGeneration"] == 1
+    assert status["assignedUnits"] == 32
+    assert status["movesInProgress"] == 0
+    assert status["imbalance"] == "1.00"
+    assert status["observedGeneration"] == 1
     assert [row["units"] for row in status["memberUnits"]] == [8, 8, 8, 8]
     assert condition(obj, "Ready")["reason"] == "Assigned"
-    assert not is_true(obj, "Degraded") and not is_true(obj, "Progressing")
+    assert not is_true(obj, "Degraded")
+    assert not is_true(obj, "Progressing")
     (cells,) = table(kubectl("get", "-n", namespace, "pset", "demo").stdout)
     assert cells | {"AGE": "", "EPOCH": ""} == {
         "NAME": "demo",
@@ -130,7 +133,8 @@ def test_placed_evenly_then_scaled_out_with_the_fewest_acknowledged_moves(
     after = wait_for(rebalanced, 90, "Balanced over 5 pods")
     assert sorted(counts(after).values()) == [6, 6, 6, 7, 7]
     moved = {u for u in after.units if after.units[u].owner != before.units[u].owner}
-    assert len(moved) == 6 and {after.units[u].owner for u in moved} == {"dw-4"}
+    assert len(moved) == 6
+    assert {after.units[u].owner for u in moved} == {"dw-4"}
     evs = events(kubectl, namespace, "demo")
     assert acknowledged_units(evs) == 6
     assert not [e for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]
@@ -153,7 +157,8 @@ def test_placed_evenly_then_scaled_out_with_the_fewest_acknowledged_moves(
             o for o in log if o.unit == unit and o.pod == source and o.action == "release"
         )
         acquire = next(o for o in log if o.unit == unit and o.pod == "dw-4")
-        assert release.time < acquire.time and release.epoch < acquire.epoch
+        assert release.time < acquire.time
+        assert release.epoch < acquire.epoch
         assert acquire.token == after.units[unit].epoch
     wait_for(
         lambda: Counter(deletion_costs(kubectl, namespace).values()) == {"6": 3, "7": 2},

@@ -56,9 +56,11 @@ def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
         "observedGeneration": 2,
         "lastTransitionTime": None,
     }
-    assert obj["status"]["members"] == 0 and obj["status"]["epoch"] == good.epoch
+    assert obj["status"]["members"] == 0
+    assert obj["status"]["epoch"] == good.epoch
     kept = published(kubectl, namespace, "PartitionSet", "orders")
-    assert kept.epoch == good.epoch and kept.owners() == good.owners()
+    assert kept.epoch == good.epoch
+    assert kept.owners() == good.owners()
     warnings = [e for e in events(kubectl, namespace, "orders") if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["NoMembers"]
 
@@ -72,7 +74,8 @@ def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(
 
     wait_for(recovered, 30, "Ready again with members back")
     back = published(kubectl, namespace, "PartitionSet", "orders")
-    assert back.owners() == good.owners() and back.epoch >= good.epoch
+    assert back.owners() == good.owners()
+    assert back.epoch >= good.epoch
 
 
 def test_missing_workload_is_reported_and_nothing_is_published(
@@ -157,7 +160,8 @@ def test_a_release_its_worker_reports_failing_is_shown_until_it_is_acknowledged(
     moving = wait_for(releasing, 60, "a unit released to w-2")
     [(unit, release)] = moving.releasing().items()
     owner = moving.units[unit].owner
-    assert release.to == "w-2" and owner is not None
+    assert release.to == "w-2"
+    assert owner is not None
     uid = get(kubectl, namespace, "pod", owner)["metadata"]["uid"]
 
     def ack(**fields: Any) -> None:
@@ -184,7 +188,8 @@ def test_a_release_its_worker_reports_failing_is_shown_until_it_is_acknowledged(
     assert [e["reason"] for e in warnings] == ["ReleaseFailing"]
     assert warnings[0]["note"].startswith(message)
     still = read_table(kubectl, namespace, "PartitionSet", "orders")
-    assert still is not None and still.units[unit].owner == owner  # nothing moved
+    assert still is not None
+    assert still.units[unit].owner == owner
 
     ack()  # the retry succeeded: the release is acknowledged
 
@@ -195,7 +200,8 @@ def test_a_release_its_worker_reports_failing_is_shown_until_it_is_acknowledged(
 
     wait_for(handed_over, 30, "the hand-off completed and nothing failing")
     final = read_table(kubectl, namespace, "PartitionSet", "orders")
-    assert final is not None and final.units[unit].owner == "w-2"
+    assert final is not None
+    assert final.units[unit].owner == "w-2"
 
 
 def _seconds(stamp: str) -> float:

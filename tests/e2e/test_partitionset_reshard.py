@@ -133,7 +133,8 @@ def test_split_spread_and_merge_under_traffic(
     elastic, dev_cluster, namespace, kubectl, wait_for
 ) -> None:
     before = published(kubectl, namespace, "PartitionSet", "rs")
-    assert before.count == 32 and counts(before) == {f"rw-{i}": 8 for i in range(4)}
+    assert before.count == 32
+    assert counts(before) == {f"rw-{i}": 8 for i in range(4)}
     clients = CountingClients(lambda: addresses(kubectl, namespace), KEYS, INTERVAL)
     clients.start()
     try:
@@ -147,11 +148,13 @@ def test_split_spread_and_merge_under_traffic(
             "the table with 128 units",
         )
         published_after = time.time() - started
-        assert split.lineage is not None and split.lineage.from_count == 32
+        assert split.lineage is not None
+        assert split.lineage.from_count == 32
         moved_by_split = [
             u for u in split.units if split.units[u].owner != before.units[str(int(u) // 4)].owner
         ]
-        assert moved_by_split == [] and not split.releasing()
+        assert moved_by_split == []
+        assert not split.releasing()
 
         wait_for(
             lambda: serving(dev_cluster, namespace, split), 60, "every pod serving its 32 children"
@@ -206,7 +209,8 @@ def test_split_spread_and_merge_under_traffic(
         )
         merge_started = patch_count(kubectl, namespace, 64)
         merged = wait_for(lambda: balanced(64, 6), 120, "64 units balanced over 6 pods")
-        assert merged.lineage is not None and merged.lineage.from_count == 128
+        assert merged.lineage is not None
+        assert merged.lineage.from_count == 128
         assert sorted(counts(merged).values()) == [10, 10, 11, 11, 11, 11]
     finally:
         clients.stop()
@@ -253,7 +257,8 @@ def test_split_spread_and_merge_under_traffic(
     assert releases(log, 0, split.epoch) == 0
     assert releases(log, *eras[128]) == len(moved) + len(gathered)
     assert releases(log, *eras[64]) == sum(merged.units[u].owner != p for u, p in first64.items())
-    assert [o for o in log if o.action == "split"] and [o for o in log if o.action == "merge"]
+    assert [o for o in log if o.action == "split"]
+    assert [o for o in log if o.action == "merge"]
     evs = events(kubectl, namespace, "rs")
     assert not [e for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]
     merge_served = max(starts_at(log, merge_epoch)) - merge_started

@@ -58,7 +58,8 @@ async def test_two_writers_one_wins_and_the_other_rereads(client, namespace, kub
     ref = real_set(kubectl, namespace, "fenced")
     name = assignment_config_map("ShardSet", "fenced")
     leader, standby = AssignmentStore(client, ref, name), AssignmentStore(client, ref, name)
-    assert (await leader.load()).table is None and (await standby.load()).table is None
+    assert (await leader.load()).table is None
+    assert (await standby.load()).table is None
     await leader.publish(table(ref, 1))
     # The standby read "absent" before the leader's create: its create must not overwrite.
     with pytest.raises(PublishConflict):
@@ -93,7 +94,8 @@ async def test_a_chunked_table_round_trips_and_a_missing_chunk_is_reported(
     assert len(chunks) > 1, "the table is chunked"
     kubectl("delete", "configmap", "-n", namespace, chunks[0]["metadata"]["name"])
     loaded = await AssignmentStore(client, ref, name).load()
-    assert loaded.table is None and "incomplete" in (loaded.unreadable or "")
+    assert loaded.table is None
+    assert "incomplete" in (loaded.unreadable or "")
 
 
 async def test_gone_garbled_and_foreign_tables(client, namespace, kubectl, crds) -> None:
@@ -105,7 +107,8 @@ async def test_gone_garbled_and_foreign_tables(client, namespace, kubectl, crds)
     patch = {"data": {"assignments.json": "{this is not json"}}
     kubectl("patch", "-n", namespace, "configmap", name, "--type=merge", "-p", json.dumps(patch))
     garbled = await store.load()
-    assert garbled.table is None and "not JSON" in (garbled.unreadable or "")
+    assert garbled.table is None
+    assert "not JSON" in (garbled.unreadable or "")
     # The version of the garbled object is remembered: the repair replaces exactly it.
     await store.publish(table(ref, 5))
     assert (await store.load()).table == table(ref, 5)

@@ -119,14 +119,17 @@ def test_flux_on_the_real_node_applies_rebalances_without_drift_and_prunes(
                 if settled_at is not None and time.monotonic() - settled_at > 20:
                     break
                 time.sleep(1.0)
-            assert ready_s is not None and settled_at is not None, ops.kustomization()["status"]
+            assert ready_s is not None, ops.kustomization()["status"]
+            assert settled_at is not None, ops.kustomization()["status"]
             figures["commit_to_ready_scale_s"] = round(ready_s, 2)
             figures["commit_to_balanced_s"] = round(settled_at - started, 2)
             versions = watch.stop()
             epochs = [v.get("status", {}).get("epoch", 0) for v in versions]
-            assert epochs == sorted(epochs) and epochs[-1] > epochs[0], epochs
+            assert epochs == sorted(epochs), epochs
+            assert epochs[-1] > epochs[0], epochs
             partitions = [v["spec"]["partitions"] for v in versions]
-            assert partitions == sorted(partitions) and partitions[-1] == 64, partitions
+            assert partitions == sorted(partitions), partitions
+            assert partitions[-1] == 64, partitions
             figures["set_versions_watched"] = len(versions)
             obj = get(cluster, ns, "pset", SET, "--show-managed-fields")
             owned = managers(obj)

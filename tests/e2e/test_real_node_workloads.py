@@ -217,7 +217,8 @@ def test_the_operator_runs_from_its_manifests_as_a_restricted_pod_pair(
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
         (status,) = pod["status"]["containerStatuses"]
-        assert status["ready"] is True and "running" in status["state"]
+        assert status["ready"] is True
+        assert "running" in status["state"]
         assert status["restartCount"] == 0
     labels = json.loads(
         installed_operator.kubectl("get", "namespace", SYSTEM, "-o", "json").stdout
@@ -290,7 +291,8 @@ def test_workers_follow_the_placement_as_containers_through_scale_in_and_rollout
             "python3", "-c", FORGE_ACK, f"{demo.workers}-1",
         )  # fmt: skip
         code, message = json.loads(forged.stdout)
-        assert code == 403 and "apportion-worker-writes" in message, message
+        assert code == 403, message
+        assert "apportion-worker-writes" in message, message
 
         # Scale in: the kubelet sends SIGTERM to the last pod, which drains its units through
         # hand-offs before it exits.
@@ -764,7 +766,9 @@ def test_a_worker_cut_off_from_the_api_server_stops_before_its_units_move(
         taken = [
             o.time for o in log if o.pod != demo.victim and o.action == "acquire" and o.unit in lost
         ]
-        assert stopped and taken and max(stopped) < min(taken)
+        assert stopped
+        assert taken
+        assert max(stopped) < min(taken)
         print(
             f"\ncut → pod-0 stopped serving: {min(stopped) - demo.cut:.1f}s; "
             f"cut → first unit taken over: {min(taken) - demo.cut:.1f}s"
@@ -844,7 +848,8 @@ def test_a_worker_cut_off_under_keep_serving_overlaps_and_postgres_refuses_its_w
         log = demo.ownership()
         assert overlaps(log)  # the check the StopServing test relies on sees this one
         spans = overlap_spans(log)
-        assert set(spans) == set(lost) and all(math.isfinite(s) for s in spans.values()), spans
+        assert set(spans) == set(lost), spans
+        assert all(math.isfinite(s) for s in spans.values()), spans
         stopped = max(o.time for o in log if o.pod == victim and o.unit in lost)
         print(
             f"\nKeepServing: {len(lost)} units served by two pods for "

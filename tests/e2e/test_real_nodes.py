@@ -346,7 +346,9 @@ def test_a_partitioned_node_s_workers_stop_before_anything_they_held_is_served_e
     taken = [
         o.time for o in log if o.pod not in cut_off and o.action == "acquire" and o.unit in held
     ]
-    assert stopped and taken and max(stopped) < min(taken)
+    assert stopped
+    assert taken
+    assert max(stopped) < min(taken)
     assert not any(o.pod in cut_off and o.action == "resume" and o.time > cut for o in log)
     print(
         f"\ncut {victim.name} off ({', '.join(sorted(cut_off))}): its workers stopped serving "
@@ -385,7 +387,8 @@ def test_a_zone_spread_shardset_stays_within_its_skew_before_and_after_a_node_is
         )
         served = wait_for(lambda: served_once(nodes, namespace), message="never served once")
         before = units_per_zone(nodes, namespace, served)
-        assert len(before) >= 3 and max(before.values()) - min(before.values()) <= 1, before
+        assert len(before) >= 3, before
+        assert max(before.values()) - min(before.values()) <= 1, before
 
         placed = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods(nodes, namespace)}
         victim_node = next(

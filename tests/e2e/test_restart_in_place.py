@@ -110,6 +110,18 @@ def test_a_container_restart_within_the_grace_moves_nothing(
         return ready and restarted and pod["metadata"]["uid"] == before.member_uids[VICTIM]
 
     wait_for(back, timeout=60, message="the worker's container was never restarted")
+
+    def since_kill() -> list[Any]:
+        log = ownership_log(dev_cluster, namespace, PODS, f"PartitionSet/{SET}")
+        return [o for o in log if o.time > killed_at and o.action in ("acquire", "release", "stop")]
+
+    # Ready comes from the probe, its units from the table it reads next: on a loaded machine
+    # that can take seconds, so wait for the acquire rather than a fixed time after Ready.
+    wait_for(
+        lambda: any(o.pod == VICTIM for o in since_kill()),
+        timeout=60,
+        message="the restarted worker never took its units back",
+    )
     time.sleep(3.0)  # passes enough for a move, had the operator wanted one
 
     after = read_table(kubectl, namespace, "PartitionSet", SET)
@@ -118,7 +130,7 @@ def test_a_container_restart_within_the_grace_moves_nothing(
         u: (s.owner, s.epoch) for u, s in before.units.items()
     }, "a unit moved or got a new token"
     log = ownership_log(dev_cluster, namespace, PODS, f"PartitionSet/{SET}")
-    since = [o for o in log if o.time > killed_at and o.action in ("acquire", "release", "stop")]
+    since = since_kill()
     assert {(o.pod, o.action) for o in since} == {(VICTIM, "acquire")}, since
     assert {o.unit for o in since} == mine, "the restarted process serves its units again"
     assert {o.token for o in since} <= {before.units[o.unit].epoch for o in since}

@@ -46,7 +46,8 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
     kubectl("wait", "-n", namespace, "--for=condition=Balanced", "sset/carts", "--timeout=60s")
     first = published(kubectl, namespace, "ShardSet", "carts")
     assert sorted(counts(first).values()) == [333, 333, 334]
-    assert first.key_scheme == "akka" and first.count == SHARDS
+    assert first.key_scheme == "akka"
+    assert first.count == SHARDS
 
     kubectl("scale", "-n", namespace, "statefulset", "cw", "--replicas=4")
 
@@ -65,7 +66,8 @@ def test_least_shards_rebalances_in_limited_rounds_until_even(
     rounds = [
         note_number(e, r"rebalancing (\d+) unit") for e in evs if e["reason"] == "Rebalancing"
     ]
-    assert rounds and max(rounds) <= LIMIT
+    assert rounds
+    assert max(rounds) <= LIMIT
     assert sum(rounds) == 250, "only the new region's share moved"
     assert len(rounds) == math.ceil(250 / LIMIT)
     assert not [e for e in evs if e["reason"] in ("HandoffTimedOut", "OwnerGone")]

@@ -203,7 +203,8 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     # Keys by Netherite's `!n` suffix: key "k!n" belongs to unit n mod 4.
     status, _, body = http(f"{url}/key/order!1")
     answer = json.loads(body)
-    assert status == 200 and isinstance(answer.pop("time"), float)
+    assert status == 200
+    assert isinstance(answer.pop("time"), float)
     assert answer == {
         "key": "order!1",
         "unit": "1",
@@ -216,13 +217,17 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     counted = [json.loads(http(f"{url}/key/order!1?n={n}", "POST")[2]) for n in (1, 2, 1)]
     assert [c["count"] for c in counted] == [1, 2, 2]
     status, headers, body = http(f"{url}/key/order!6")
-    assert status == 421 and json.loads(body)["owner"] == "w-1"
+    assert status == 421
+    assert json.loads(body)["owner"] == "w-1"
     assert headers["Apportion-Owner"] == "w-1"
     status, headers, page = http(f"{url}/metrics")
-    assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
+    assert status == 200
+    assert headers["Content-Type"].startswith("text/plain; version=0.0.4")
     metrics = WorkerReport.parse(page)
     assert metrics.unit_loads == {"demo": {"0": 5.0, "1": 1.5}}  # owned units only
-    assert metrics.cpu_count and metrics.cpu_count >= 1 and metrics.memory_usage_bytes
+    assert metrics.cpu_count
+    assert metrics.cpu_count >= 1
+    assert metrics.memory_usage_bytes
     assert worker.ack() is None  # nothing to acknowledge yet: no write on the Pod
 
     # Epoch 2: unit 1 is released to w-1; the worker stops serving it and acknowledges.
@@ -249,7 +254,8 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     # exist here, so the garbage collector may already have deleted it.
     assert "saving the state of unit" not in worker.log()
     status, _, body = http(f"{url}/key/order!1")
-    assert status == 503 and json.loads(body)["reason"] == "in hand-off"
+    assert status == 503
+    assert json.loads(body)["reason"] == "in hand-off"
 
     # Epoch 3: the hand-off completed. Epoch 4 comes in chunks: unit 2 is w-0's now.
     write_table(
@@ -271,7 +277,8 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
         f"unit 2 not acquired from a chunked table:\n{worker.log()}",
     )
     status, _, body = http(f"{url}/key/order!1")
-    assert status == 421 and json.loads(body)["owner"] == "w-1"
+    assert status == 421
+    assert json.loads(body)["owner"] == "w-1"
 
     # SIGTERM (the pod is deleted): the worker marks itself draining on its Pod...
     acks = worker.watch_acks()
@@ -281,7 +288,8 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
         30,
         "no draining mark on the Pod",
     )
-    assert drain.uid == me.uid and drain.epoch == 4
+    assert drain.uid == me.uid
+    assert drain.epoch == 4
     assert worker.get() is not None  # still there: it waits for its units to move away
     # ...the operator (the test) moves both units away; the worker releases, acks, and exits:
     # once its ack covers every release it holds nothing, so it need not wait for epoch 6.
@@ -306,4 +314,5 @@ def test_demo_worker_follows_the_assignment_acknowledges_and_drains(
     )
     assert worker.ownership()[-2:] == [("release", "0", 5, 1), ("release", "2", 5, 4)]
     log = worker.log()
-    assert "drain timed out" not in log and "Traceback" not in log
+    assert "drain timed out" not in log
+    assert "Traceback" not in log

@@ -199,7 +199,8 @@ def test_a_worker_cannot_write_leases_that_are_not_its_unit_state(world) -> None
 )
 def test_rbac_refuses_what_no_worker_library_does(crds, world, args: tuple[str, ...]) -> None:
     result = world["worker"](*args)
-    assert result.returncode != 0 and "forbidden" in result.stderr.lower(), result.stderr
+    assert result.returncode != 0, result.stderr
+    assert "forbidden" in result.stderr.lower(), result.stderr
 
 
 def test_a_token_not_bound_to_a_pod_writes_nothing(world) -> None:

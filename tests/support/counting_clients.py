@@ -74,7 +74,9 @@ class CountingClients:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop sending new increments; return once every one sent is acknowledged."""
-        assert self._loop is not None and self._stopping is not None and self._thread
+        assert self._loop is not None
+        assert self._stopping is not None
+        assert self._thread
         self._loop.call_soon_threadsafe(self._stopping.set)
         self._thread.join(timeout)
         if self._thread.is_alive():

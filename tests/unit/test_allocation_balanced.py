@@ -48,7 +48,8 @@ def test_scale_out_100_to_101_moves_exactly_the_lower_bound() -> None:
     assert max(sizes(plan)) - min(sizes(plan)) <= 1
     assert plan.quality.max_mean_after == pytest.approx(100 / (10_000 / 101))
     assert {m.target for m in plan.moves} == {"new"}
-    assert plan.quality.rounds == 1 and plan.quality.converged
+    assert plan.quality.rounds == 1
+    assert plan.quality.converged
 
 
 def test_scale_in_moves_only_the_leaving_members_units() -> None:
@@ -81,7 +82,8 @@ def test_move_budget_takes_from_the_fullest_first() -> None:
     assert plan.quality.moves == 3
     assert [m.source for m in plan.moves] == ["m000", "m000", "m000"]
     assert {m.target for m in plan.moves} == {"m003"}
-    assert not plan.quality.converged and plan.quality.rounds is None
+    assert not plan.quality.converged
+    assert plan.quality.rounds is None
     assert "budget" in plan.quality.reasons[0]
     # Units of a leaving member move regardless of the budget.
     forced = Balanced(BalancedParameters(max_moves=0)).plan(
@@ -202,7 +204,8 @@ def test_loads_reach_the_aim_or_the_hot_unit_floor() -> None:
     members, assignment, loads = zipf_fleet(20, 2000, seed=3)
     plan = Balanced().plan(AllocationRequest(None, members, assignment, loads))
     m = plan.quality
-    assert m.load_max_mean_after is not None and m.load_max_mean_before is not None
+    assert m.load_max_mean_after is not None
+    assert m.load_max_mean_before is not None
     assert m.load_max_mean_after < m.load_max_mean_before
     hot = m.hot_unit
     assert hot is not None  # Zipf 1.1 on 2000 units: the top unit is >10% of all load

@@ -295,4 +295,5 @@ def test_the_patch_carries_each_script_under_argo_cds_key() -> None:
 
 def test_the_helm_chart_ships_the_checks_of_the_manifests() -> None:
     shipped = REPO / "charts" / "apportion" / "files" / "argocd"
-    assert shipped.is_symlink() and shipped.resolve() == (REPO / "manifests" / "argocd")
+    assert shipped.is_symlink()
+    assert shipped.resolve() == (REPO / "manifests" / "argocd")

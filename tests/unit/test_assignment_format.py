@@ -128,9 +128,11 @@ def test_configmaps_round_trip_in_every_storage_mode(
 def test_small_tables_are_readable_json_in_data() -> None:
     table = make_table(32, 4, releasing=2)
     (root,) = encode_assignment(table)
-    assert root.binary_data == {} and list(root.data) == [DATA_KEY]
+    assert root.binary_data == {}
+    assert list(root.data) == [DATA_KEY]
     doc = json.loads(root.data[DATA_KEY])
-    assert doc["layout"] == "map" and doc["epoch"] == 9
+    assert doc["layout"] == "map"
+    assert doc["epoch"] == 9
     assert doc["units"]["5"] == table.units["5"].owner
     assert len(doc["releasing"]) == 2
 
@@ -138,9 +140,11 @@ def test_small_tables_are_readable_json_in_data() -> None:
 def test_mid_size_tables_are_gzipped_in_binary_data() -> None:
     table = make_table(10_000, 50)
     (root,) = encode_assignment(table)
-    assert root.data == {} and list(root.binary_data) == [GZIP_KEY]
+    assert root.data == {}
+    assert list(root.binary_data) == [GZIP_KEY]
     doc = json.loads(gzip.decompress(base64.b64decode(root.binary_data[GZIP_KEY])))
-    assert doc["layout"] == "indexed" and "unitNames" not in doc  # units are 0..n-1
+    assert doc["layout"] == "indexed"
+    assert "unitNames" not in doc
     assert decode_assignment([root]) == table
 
 
@@ -148,7 +152,8 @@ def test_tables_beyond_one_configmap_are_chunked_under_an_index() -> None:
     table = make_table(2_000, 30)
     payloads = encode_assignment(table, inline_limit=0, chunk_limit=1024)
     root, *chunks = payloads
-    assert len(chunks) > 1 and list(root.data) == [INDEX_KEY]
+    assert len(chunks) > 1
+    assert list(root.data) == [INDEX_KEY]
     assert [c.suffix for c in chunks] == [f"-9-{i}" for i in range(len(chunks))]
     assert all(list(c.binary_data) == [CHUNK_KEY] and c.size <= 1024 for c in chunks)
     assert decode_assignment(payloads) == table
@@ -172,7 +177,8 @@ def test_payload_from_a_configmap_object() -> None:
     payloads = encode_assignment(table, inline_limit=0, chunk_limit=4096)
     objects = [{"metadata": {"name": f"demo-assignment{p.suffix}"}, **p.body()} for p in payloads]
     read = [ConfigMapPayload.from_configmap(o, "demo-assignment") for o in objects]
-    assert read == payloads and decode_assignment(read) == table
+    assert read == payloads
+    assert decode_assignment(read) == table
     with pytest.raises(AssignmentFormatError, match="not part of"):
         ConfigMapPayload.from_configmap({"metadata": {"name": "other"}}, "demo-assignment")
 
@@ -371,7 +377,8 @@ def test_ack_annotation_keys_are_valid_and_distinct() -> None:
     long_b = ack_annotation_key("ShardSet", "x" * 200 + "b")
     assert long_a != long_b
     for key in (long_a, long_b, ack_annotation_key("ShardSet", "a.b-c" * 12)):
-        assert ANNOTATION.match(key) and len(key.split("/", 1)[1]) <= 63
+        assert ANNOTATION.match(key)
+        assert len(key.split("/", 1)[1]) <= 63
 
 
 def test_tables_refuse_inconsistent_content() -> None:

@@ -95,6 +95,8 @@ def test_the_scenario_driver_runs_the_anchors() -> None:
     scenario = scale_out(units=1000, members=10, steps=1)
     mod_n = drive(scenario, ANCHORS["Orleans mod-n"])
     rand = drive(scenario, ANCHORS["random"])
-    assert mod_n.steps[0].moves > 800 and mod_n.steps[0].rounds == 1
+    assert mod_n.steps[0].moves > 800
+    assert mod_n.steps[0].rounds == 1
     assert rand.steps[0].moves == 0  # the newcomer stays empty
-    assert rand.initial.moves == 1000 and rand.initial.converged
+    assert rand.initial.moves == 1000
+    assert rand.initial.converged

@@ -66,7 +66,8 @@ def read_by(cache: SelectedCache[WorkerPod], key: str) -> set[str]:
 def label_lists(server: FakeApiServer) -> list[dict[str, str]]:
     """The selectors of the LISTs after the cache's first (every pod of every namespace)."""
     lists = server.requested("list")
-    assert lists[0].namespace is None and "labelSelector" not in lists[0].params
+    assert lists[0].namespace is None
+    assert "labelSelector" not in lists[0].params
     return [
         {k: v for k, v in r.params.items() if k in ("labelSelector", "fieldSelector")}
         for r in lists[1:]

@@ -72,7 +72,8 @@ def walk(node: dict[str, Any], path: str = ""):
 
 def test_refs_are_inlined_and_field_text_wins(tree: dict[str, Any]) -> None:
     leaf = tree["properties"]["leaf"]
-    assert "$ref" not in leaf and "$defs" not in tree
+    assert "$ref" not in leaf
+    assert "$defs" not in tree
     assert leaf["type"] == "object"
     assert leaf["description"] == "Required leaf."
     assert leaf["properties"]["n"]["type"] == "integer"
@@ -87,7 +88,8 @@ def test_null_unions_become_nullable(tree: dict[str, Any]) -> None:
     maybe = tree["properties"]["maybe"]
     assert maybe["nullable"] is True
     assert maybe["type"] == "object"
-    assert "anyOf" not in maybe and "default" not in maybe
+    assert "anyOf" not in maybe
+    assert "default" not in maybe
 
 
 def test_enums_defaults_and_bounds(tree: dict[str, Any]) -> None:
@@ -188,7 +190,8 @@ def test_crd_metadata() -> None:
     crd = crd_for(PartitionSet)
     assert crd["metadata"]["name"] == "partitionsets.apportion.dev"
     spec = crd["spec"]
-    assert spec["group"] == "apportion.dev" and spec["scope"] == "Namespaced"
+    assert spec["group"] == "apportion.dev"
+    assert spec["scope"] == "Namespaced"
     assert spec["names"] == {
         "kind": "PartitionSet",
         "listKind": "PartitionSetList",
@@ -198,7 +201,9 @@ def test_crd_metadata() -> None:
         "categories": ["apportion"],
     }
     (version,) = spec["versions"]
-    assert version["name"] == "v1alpha1" and version["served"] and version["storage"]
+    assert version["name"] == "v1alpha1"
+    assert version["served"]
+    assert version["storage"]
     columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
     assert columns["Ready"]["jsonPath"] == '.status.conditions[?(@.type=="Ready")].status'
     assert columns["Units"]["jsonPath"] == ".spec.partitions"
@@ -268,7 +273,8 @@ def test_check_command_detects_changes(tmp_path: Path, capsys: pytest.CaptureFix
     (tmp_path / "old.apportion.dev.yaml").write_text("")
     assert main(["crds", "--check", "--output", str(tmp_path)]) == 1
     err = capsys.readouterr().err
-    assert "shardsets.apportion.dev.yaml" in err and "old.apportion.dev.yaml" in err
+    assert "shardsets.apportion.dev.yaml" in err
+    assert "old.apportion.dev.yaml" in err
 
 
 def test_crds_command_prints_every_crd(capsys: pytest.CaptureFixture) -> None:

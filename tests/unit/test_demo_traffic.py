@@ -33,7 +33,8 @@ def test_settings_from_the_configmap_data() -> None:
 def test_a_bad_value_is_reported_and_the_default_kept(key: str, value: str, why: str) -> None:
     settings, problems = TrafficSettings.from_data({key: value, "rate": "7"} | {key: value})
     (problem,) = problems
-    assert problem.startswith(f"{key}={value!r}: ") and why in problem
+    assert problem.startswith(f"{key}={value!r}: ")
+    assert why in problem
     assert settings == TrafficSettings(rate=7.0 if key != "rate" else TrafficSettings().rate)
 
 

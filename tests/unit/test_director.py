@@ -156,7 +156,8 @@ def test_overloaded_members_receive_nothing_new() -> None:
         local="w-2",
     )
     placed = place_many(d, "carts", 500)
-    assert placed and not set(placed) & shed
+    assert placed
+    assert not set(placed) & shed
 
 
 def test_required_match_keeps_the_callers_zone() -> None:
@@ -189,7 +190,8 @@ def test_default_graintype_places_types_without_their_own() -> None:
     assert d.place("Shop.Cart", "c/1") == "w-0"
     assert d.place("Shop.Order", "o/1") in {"w-4", "w-5", "w-6", "w-7"}
     why = d.explain("Shop.Order", "o/1")
-    assert why.graintype == "default" and why.via_default
+    assert why.graintype == "default"
+    assert why.via_default
     assert not d.explain("Shop.Cart", "c/1").via_default
     d.remove("default")
     with pytest.raises(NoPlacementTable, match="GrainType named 'default'"):
@@ -264,7 +266,9 @@ def test_explain_reports_filters_candidates_scores_and_changes_nothing() -> None
         )
     )
     why = d.explain("carts", "g/1")
-    assert why.chosen == "w-0" and why.table_version == 9 and why.graintype == "carts"
+    assert why.chosen == "w-0"
+    assert why.table_version == 9
+    assert why.graintype == "carts"
     out = why.to_dict()
     assert out["filters"][0]["removed"] == ["w-4", "w-5", "w-6", "w-7"]
     assert out["excluded"] == {"w-2": "overloaded"}

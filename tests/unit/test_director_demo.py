@@ -70,7 +70,8 @@ async def test_remote_placements_are_hosted_by_the_chosen_member() -> None:
     async with workers(three_members({"name": "HashBased"})) as (demos, _):
         ids = tuple(f"g/{i}" for i in range(60))
         placed = await demos[0].drive(DriveSpec("carts", ids=ids))
-        assert sum(placed.values()) == 60 and set(placed) == {"w-0", "w-1", "w-2"}
+        assert sum(placed.values()) == 60
+        assert set(placed) == {"w-0", "w-1", "w-2"}
         hosted = {d.director.local_member: d.director.hosted["carts"] for d in demos}
         assert hosted == dict(placed), "every activation runs where the director placed it"
         assert all(not d.failures for d in demos)
@@ -113,7 +114,8 @@ async def test_failures_and_reuse_are_counted() -> None:
     doc = three_members({"name": "StatelessWorker", "statelessWorker": {"maxLocal": 2}})
     async with workers(doc) as (demos, _):
         await demos[0].drive(DriveSpec("carts", ids=("pool",) * 5))
-        assert demos[0].director.hosted["carts"] == 2 and demos[0].reused["carts"] == 3
+        assert demos[0].director.hosted["carts"] == 2
+        assert demos[0].reused["carts"] == 3
         await demos[0].drive(DriveSpec("unknown", count=2))
         assert demos[0].failures["unknown", "NoPlacementTable"] == 2
         samples = parse(render(demos[0].samples(), helps=DEMO_METRIC_HELP))
@@ -128,4 +130,5 @@ async def test_a_peer_that_does_not_answer_is_a_failed_hand_over() -> None:
     async with workers(doc.model_copy(update={"members": unreachable})) as (demos, _):
         placed = await demos[0].drive(DriveSpec("carts", ids=tuple(f"g/{i}" for i in range(20))))
         remote = sum(n for m, n in placed.items() if m != "w-0")
-        assert remote > 0 and demos[0].failures["carts", "HandOverFailed"] == remote
+        assert remote > 0
+        assert demos[0].failures["carts", "HandOverFailed"] == remote

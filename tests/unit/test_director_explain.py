@@ -28,9 +28,11 @@ def test_human_output_names_table_filters_exclusions_and_scores() -> None:
 def test_hint_and_default_and_missing_table() -> None:
     d = director(table("default", {"name": "HashBased"}))
     out = d.explain("Shop.Order", "o/1", "w-0", "w-6").to_dict()
-    assert out["chosen"] == "w-6" and out["viaDefault"]
+    assert out["chosen"] == "w-6"
+    assert out["viaDefault"]
     text = format_explanation(out, local="w-0", hint="w-6")
-    assert "(the namespace default)" in text and "placement hint 'w-6' honoured" in text
+    assert "(the namespace default)" in text
+    assert "placement hint 'w-6' honoured" in text
     d.remove("default")
     missing = format_explanation(d.explain("Shop.Order", "o/1").to_dict(), local=None, hint=None)
     assert "not placed: no placement table for grain type 'Shop.Order'" in missing

@@ -168,7 +168,9 @@ def check(conn: psycopg.Connection[Any], scope: str, history: History) -> None:
         assert tokens == sorted(tokens), f"unit {unit}: tokens in commit order {tokens}"
         assert fence[unit] == tokens[-1]
     for unit, token, current, seen in history.refused:
-        assert current is not None and token < current and (unit, current) in history.accepted
+        assert current is not None
+        assert token < current
+        assert (unit, current) in history.accepted
         assert any(u == unit and t > token and seq <= seen for seq, u, t in rows), (
             f"unit {unit}: token {token} refused before any higher token committed"
         )
@@ -201,7 +203,8 @@ def test_competing_writers_commit_in_token_order(race_dsn: str) -> None:
     for thread in threads:
         thread.join()
     assert len(history.accepted) + len(history.refused) == 8 * 40
-    assert len(history.accepted) > 3 and len(history.refused) > 3, "no contention"
+    assert len(history.accepted) > 3, "no contention"
+    assert len(history.refused) > 3, "no contention"
     with psycopg.connect(race_dsn) as conn:
         check(conn, scope, history)
 

@@ -28,7 +28,8 @@ def generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
         "grafana_dashboard", REPO / "scripts/grafana_dashboard.py"
     )
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)

@@ -109,7 +109,8 @@ def test_a_filter_that_leaves_nobody_fails_clearly() -> None:
         strategy.place("g", ctx)
     explanation = strategy.explain("g", ctx)
     assert explanation.chosen is None
-    assert explanation.error is not None and "mars" in explanation.error
+    assert explanation.error is not None
+    assert "mars" in explanation.error
 
 
 @pytest.mark.parametrize(

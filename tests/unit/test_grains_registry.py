@@ -45,9 +45,11 @@ def test_every_builtin_is_reachable_by_name() -> None:
 
 def test_flat_options() -> None:
     count = make_grain_strategy({"name": "ActivationCountBased", "chooseOutOf": 3})
-    assert isinstance(count, ActivationCountBasedPlacement) and count.choose_out_of == 3
+    assert isinstance(count, ActivationCountBasedPlacement)
+    assert count.choose_out_of == 3
     worker = make_grain_strategy({"name": "StatelessWorker", "maxLocal": 6})
-    assert isinstance(worker, StatelessWorkerPlacement) and worker.max_local == 6
+    assert isinstance(worker, StatelessWorkerPlacement)
+    assert worker.max_local == 6
     role = make_grain_strategy({"name": "SiloRoleBased", "roleLabel": "tier", "role": "gpu"})
     assert isinstance(role, SiloRoleBasedPlacement)
     assert (role.role_label, role.role) == ("tier", "gpu")
@@ -63,7 +65,8 @@ def test_flat_options() -> None:
     assert resource.weights.activation_count == 90
     assert resource.local_preference_margin == 0
     ring = make_grain_strategy({"name": "ConsistentHashBased", "virtualNodes": 7})
-    assert isinstance(ring, ConsistentHashBasedPlacement) and ring.virtual_nodes == 7
+    assert isinstance(ring, ConsistentHashBasedPlacement)
+    assert ring.virtual_nodes == 7
 
 
 def test_options_of_other_strategies_are_ignored() -> None:
@@ -80,7 +83,8 @@ def test_the_grain_type_api_form_is_accepted() -> None:
     ).model_dump(by_alias=True, mode="json")
     strategy = make_grain_strategy(api)
     assert isinstance(strategy, ResourceOptimizedPlacement)
-    assert strategy.weights.cpu_usage == 70 and strategy.local_preference_margin == 9
+    assert strategy.weights.cpu_usage == 70
+    assert strategy.local_preference_margin == 9
     filters = [
         PlacementFilterSpec.model_validate({"type": "RequiredMatch", "keys": ["zone"]}).model_dump(
             by_alias=True, mode="json"
@@ -93,7 +97,8 @@ def test_the_grain_type_api_form_is_accepted() -> None:
         filters,
     )
     assert counted.describe() == "ActivationCountBased(chooseOutOf=4)"
-    assert isinstance(counted.filters[0], RequiredMatch) and counted.filters[0].keys == ("zone",)
+    assert isinstance(counted.filters[0], RequiredMatch)
+    assert counted.filters[0].keys == ("zone",)
 
 
 @pytest.mark.parametrize(

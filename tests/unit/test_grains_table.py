@@ -92,7 +92,9 @@ def test_from_dict_reads_the_camel_case_table() -> None:
     assert table.activation_counts == (0, 7)
     assert table.overloaded == (False, True)
     stats = table.member("w-1").stats
-    assert stats is not None and stats.cpu_count == 8 and stats.max_available_memory == 200
+    assert stats is not None
+    assert stats.cpu_count == 8
+    assert stats.max_available_memory == 200
     assert table.member("w-1").labels == {"zone": "a"}
 
 

@@ -390,7 +390,8 @@ class HandoffModel(RuleBasedStateMachine):
     @invariant()
     def epochs_never_go_backwards(self) -> None:
         for old, new in pairwise(self.history):
-            assert new.epoch > old.epoch and new.set_ref == old.set_ref
+            assert new.epoch > old.epoch
+            assert new.set_ref == old.set_ref
             for unit, state in old.units.items():
                 assert new.units[unit].epoch >= state.epoch
 
@@ -406,7 +407,9 @@ class HandoffModel(RuleBasedStateMachine):
             assert proc.finishing <= proc.serving.keys()
             for unit, token in proc.serving.items():
                 state = proc.view.units[unit]
-                assert me_in_view and state.owner == proc.me.name and state.epoch == token
+                assert me_in_view
+                assert state.owner == proc.me.name
+                assert state.epoch == token
                 assert state.releasing is None or unit in proc.finishing, (
                     f"{proc.me} takes new work for {unit} while releasing it"
                 )
@@ -493,7 +496,8 @@ class HandoffModel(RuleBasedStateMachine):
             decision = self.operator_step(self.now)
             if decision is not None and decision.new_table is None:
                 break
-        assert decision is not None and decision.new_table is None, "no fixed point"
+        assert decision is not None, "no fixed point"
+        assert decision.new_table is None, "no fixed point"
         for name in self.procs:
             self.handle(name, self.latest)
         assert not self.latest.releasing()

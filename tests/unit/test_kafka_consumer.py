@@ -135,4 +135,5 @@ async def test_a_failing_listener_does_not_stop_the_release(
     with caplog.at_level(logging.INFO, logger="apportion.kafka"):
         await release(consumer)
     assert len(kafka.commits) == 1
-    assert "release unit=3 epoch=9" in caplog.text and "listener failed" in caplog.text
+    assert "release unit=3 epoch=9" in caplog.text
+    assert "listener failed" in caplog.text

@@ -322,7 +322,8 @@ def test_the_kstatus_tool_reads_lists_yaml_streams_and_integer_generations(
     )
     assert done.returncode == 1, "not every object is Current"
     lines = done.stdout.splitlines()
-    assert len(lines) == 2 and '"status":"Current"' in lines[0]
+    assert len(lines) == 2
+    assert '"status":"Current"' in lines[0]
 
 
 RECORDED = Path(__file__).resolve().parents[1] / "fixtures" / "statuses"

@@ -104,7 +104,8 @@ async def test_the_standby_takes_over_only_after_the_lease_ran_out_on_its_own_cl
     assert not await b.try_acquire_or_renew()  # 15 s since b saw the renewal would be needed
     b_clock[0] += 15.0
     assert await b.try_acquire_or_renew()  # a went silent for a whole Lease duration
-    assert store.holder() == "b" and spec_of(store.leases["op"]).leaseTransitions == 1
+    assert store.holder() == "b"
+    assert spec_of(store.leases["op"]).leaseTransitions == 1
     assert not await a.try_acquire_or_renew()  # and a cannot take it back while b renews
 
 
@@ -128,10 +129,12 @@ async def test_a_clean_stop_gives_the_lease_up_and_a_standby_takes_it_at_once() 
 
     running = asyncio.ensure_future(a.run(lead))
     await asyncio.wait_for(led.wait(), 5)
-    assert a.leading and store.holder() == "a"
+    assert a.leading
+    assert store.holder() == "a"
     running.cancel()
     await asyncio.gather(running, return_exceptions=True)
-    assert store.holder() is None and not a.leading
+    assert store.holder() is None
+    assert not a.leading
     assert await b.try_acquire_or_renew()  # no waiting for the Lease to run out
 
 

@@ -161,7 +161,8 @@ async def test_a_dropped_watch_resumes_from_the_last_version_seen() -> None:
             await store.until(lambda: len(store.events) == 2)
             assert store.events == [("MODIFIED", "t-0", "b"), ("ADDED", "t-1", "c")]  # once each
             assert server.requested("watch")[-1].params["resourceVersion"] == str(seen)
-            assert len(server.requested("list")) == 1 and watch.relists == 0
+            assert len(server.requested("list")) == 1
+            assert watch.relists == 0
             assert store.restarts == ["error"]
             assert values(store) == truth(server)
         finally:
@@ -183,7 +184,8 @@ async def test_a_bookmark_advances_the_version_a_watch_resumes_from() -> None:
             server.compact()
             await reconnected(server, server.drop)
             assert server.requested("watch")[-1].params["resourceVersion"] == str(server.version)
-            assert len(server.requested("list")) == 1 and watch.relists == 0
+            assert len(server.requested("list")) == 1
+            assert watch.relists == 0
             assert store.restarts == ["error"]
         finally:
             await stopped(task)
@@ -229,11 +231,13 @@ async def test_a_silent_watch_is_given_up_and_resumed_from_its_version() -> None
         try:
             # The server's next watch is silent too: the loop keeps resuming, never relists.
             await asyncio.wait_for(server.watching.wait(), 10)
-            assert store.restarts and set(store.restarts) == {"silent"}
+            assert store.restarts
+            assert set(store.restarts) == {"silent"}
             assert {r.params["resourceVersion"] for r in server.requested("watch")} == {
                 str(server.version)
             }
-            assert len(server.requested("list")) == 1 and watch.relists == 0
+            assert len(server.requested("list")) == 1
+            assert watch.relists == 0
         finally:
             await stopped(task)
 

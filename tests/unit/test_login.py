@@ -28,7 +28,8 @@ def test_in_a_pod_the_service_address_and_token_are_used(tmp_path: Path) -> None
 def test_an_ipv6_service_address_is_bracketed(tmp_path: Path) -> None:
     env = {"KUBERNETES_SERVICE_HOST": "fd00::1", "KUBERNETES_SERVICE_PORT": "6443"}
     info = in_cluster(env, account(tmp_path))
-    assert info is not None and info.server == "https://[fd00::1]:6443"
+    assert info is not None
+    assert info.server == "https://[fd00::1]:6443"
 
 
 def test_outside_a_pod_there_is_no_in_cluster_login(tmp_path: Path) -> None:

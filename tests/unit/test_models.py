@@ -60,7 +60,8 @@ def test_partitionset_defaults() -> None:
     assert spec.rebalance.max_moves_per_round == "25%"
     assert spec.rebalance.pause_during_rollout is True
     assert spec.rebalance.tolerance() == pytest.approx(0.10)
-    assert spec.metrics.pod_metrics is True and spec.metrics.scrape is None
+    assert spec.metrics.pod_metrics is True
+    assert spec.metrics.scrape is None
     assert spec.metrics.smoothing.half_life == timedelta(seconds=30)
     assert spec.topology_spread is None
     assert pset.metadata.generation == 3
@@ -105,7 +106,8 @@ def test_wire_names_are_camel_case_and_round_trip() -> None:
         },
     )
     sset = ShardSet.from_raw(body)
-    assert sset.spec.workload_ref is not None and sset.spec.workload_ref.name == "w"
+    assert sset.spec.workload_ref is not None
+    assert sset.spec.workload_ref.name == "w"
     wire = sset.to_json_dict()
     assert wire["spec"]["strategy"] == {
         "name": "LeastShards",
@@ -294,6 +296,9 @@ def test_compact_wire_form_and_full_patch_form() -> None:
     status = UnitSetStatus(members=0, observed_generation=2, conditions=[])
     assert status.to_json_dict() == {"observedGeneration": 2, "members": 0}
     full = status.model_dump(mode="json")
-    assert full["memberUnits"] == [] and full["imbalance"] is None, (
+    assert full["memberUnits"] == [], (
+        "a merge patch built from model_dump clears stale rows and values"
+    )
+    assert full["imbalance"] is None, (
         "a merge patch built from model_dump clears stale rows and values"
     )

@@ -77,7 +77,9 @@ async def test_the_leader_gauge_follows_the_runtime_leading() -> None:
     runtime.stop_loops = lambda grace=10.0: asyncio.sleep(0)  # type: ignore[method-assign]
     leading = asyncio.ensure_future(runtime.lead())
     await asyncio.sleep(0)
-    assert samples("apportion_operator_leader") == {(): 1} and runtime.leading
+    assert samples("apportion_operator_leader") == {(): 1}
+    assert runtime.leading
     leading.cancel()
     await asyncio.gather(leading, return_exceptions=True)
-    assert samples("apportion_operator_leader") == {(): 0} and not runtime.leading
+    assert samples("apportion_operator_leader") == {(): 0}
+    assert not runtime.leading

@@ -102,7 +102,8 @@ def test_wire_form_is_camel_case_and_omits_unknowns() -> None:
     }
     assert data["loadShedding"] == {"enabled": True, "cpuThreshold": 95, "memoryThreshold": 90}
     assert data["members"][0]["stats"]["maxAvailableMemory"] == 4 * GIB
-    assert "stats" not in data["members"][2] and "address" not in data["members"][1]
+    assert "stats" not in data["members"][2]
+    assert "address" not in data["members"][1]
     assert data["publishedAt"] == "2025-01-02T03:04:05Z"
 
 
@@ -195,9 +196,11 @@ def test_membership_changes_are_urgent_and_say_who() -> None:
     base = doc()
     left = base.model_copy(update={"members": base.members[:2]})
     change = classify_change(base, left, 5)
-    assert change.kind is ChangeKind.MEMBERSHIP and "left ['w-2']" in change.reason
+    assert change.kind is ChangeKind.MEMBERSHIP
+    assert "left ['w-2']" in change.reason
     joined = classify_change(left, base, 5)
-    assert joined.kind is ChangeKind.MEMBERSHIP and "joined ['w-2']" in joined.reason
+    assert joined.kind is ChangeKind.MEMBERSHIP
+    assert "joined ['w-2']" in joined.reason
     relabelled = base.model_copy(
         update={
             "members": [
@@ -245,7 +248,8 @@ def test_reporting_for_the_first_time_is_a_load_change() -> None:
         }
     )
     change = classify_change(base, reported, 5)
-    assert change.kind is ChangeKind.LOAD and change.reason == "w-2 reported"
+    assert change.kind is ChangeKind.LOAD
+    assert change.reason == "w-2 reported"
 
 
 @given(

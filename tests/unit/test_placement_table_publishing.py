@@ -60,13 +60,17 @@ def test_table_lists_compatible_members_sorted_with_labels_address_and_stats() -
     assert doc.member_names() == ["w-0", "w-2"]
     assert doc.members[0].stats is None, "w-0 has not reported"
     w2 = doc.members[1]
-    assert w2.address == "127.0.0.12" and w2.labels == {"app": "silo", "zone": "z0"}
+    assert w2.address == "127.0.0.12"
+    assert w2.labels == {"app": "silo", "zone": "z0"}
     w2_stats = present(w2.stats, "w-2's stats")
     assert w2_stats.cpu_usage == 40.12, "rounded: noise digits are not published"
     assert (w2_stats.activation_count, w2_stats.cpu_count, w2_stats.overloaded) == (10, 2, False)
-    assert doc.version == 5 and doc.published_at == NOW
-    assert doc.grain_type.generation == 4 and doc.grain_types == ["carts"]
-    assert doc.strategy.name == "ResourceOptimized" and not doc.default
+    assert doc.version == 5
+    assert doc.published_at == NOW
+    assert doc.grain_type.generation == 4
+    assert doc.grain_types == ["carts"]
+    assert doc.strategy.name == "ResourceOptimized"
+    assert not doc.default
 
 
 def test_overloaded_applies_the_grain_types_thresholds() -> None:
@@ -110,10 +114,12 @@ def consider(gate: PublishGate, doc, now: float):
 def test_gate_writes_first_table_and_membership_at_once() -> None:
     gate = PublishGate()
     first = consider(gate, load_doc(10), 0.0)
-    assert first.write and first.change.kind is ChangeKind.SPEC
+    assert first.write
+    assert first.change.kind is ChangeKind.SPEC
     gate.written(load_doc(10), 0.0)
     left = consider(gate, load_doc(10, members=(0,)), 0.1)
-    assert left.write and left.change.kind is ChangeKind.MEMBERSHIP
+    assert left.write
+    assert left.change.kind is ChangeKind.MEMBERSHIP
 
 
 def test_gate_holds_load_changes_until_min_interval() -> None:
@@ -121,7 +127,8 @@ def test_gate_holds_load_changes_until_min_interval() -> None:
     gate.written(load_doc(10), 100.0)
     assert consider(gate, load_doc(14), 100.5).change.kind is ChangeKind.NONE
     held = consider(gate, load_doc(20), 100.5)
-    assert not held.write and held.retry_in == pytest.approx(1.5)
+    assert not held.write
+    assert held.retry_in == pytest.approx(1.5)
     assert consider(gate, load_doc(20), 102.0).write
 
 
@@ -166,9 +173,12 @@ def test_ready_status_counts_and_columns() -> None:
     doc = build_document(gt, members, hot, version=3, now=NOW)
     found, status = status_of(gt, [*members, pod(2, ready=False)], doc)
     assert found == []
-    assert status["members"] == 3 and status["compatibleMembers"] == 2
-    assert status["overloadedMembers"] == 1 and status["tableVersion"] == 3
-    assert status["placementTable"] == "carts-placement" and status["observedGeneration"] == 4
+    assert status["members"] == 3
+    assert status["compatibleMembers"] == 2
+    assert status["overloadedMembers"] == 1
+    assert status["tableVersion"] == 3
+    assert status["placementTable"] == "carts-placement"
+    assert status["observedGeneration"] == 4
     assert condition(status, "Ready")["status"] == "True"
     assert condition(status, "Ready")["reason"] == "Published"
     assert condition(status, "Degraded")["status"] == "False"

@@ -119,8 +119,10 @@ async def test_a_failing_release_is_an_event_a_status_count_and_a_gauge(daemon: 
         },
     )
     done = plan_pass(PassInput(spec, moving, 1, members, 4.0))
-    assert done.new_table is not None and not decided(done).failing
+    assert done.new_table is not None
+    assert not decided(done).failing
     daemon.published = written(done)
     settled = plan_pass(PassInput(spec, written(done), 1, members, 5.0))
     await daemon.report(settled, members, 5.0, MetricsSource.COUNTS)
-    assert daemon.statuses[-1]["releasesFailing"] == 0 and gauge() == 0
+    assert daemon.statuses[-1]["releasesFailing"] == 0
+    assert gauge() == 0

@@ -96,7 +96,9 @@ def test_a_split_by_four_moves_no_key(spec32: Any) -> None:
     before = owner_of_keys(table)
     result = run(reshaped(spec32, 128), table, acked(table, members))
     split = written(result)
-    assert split is not None and split.count == 128 and split.epoch == table.epoch + 1
+    assert split is not None
+    assert split.count == 128
+    assert split.epoch == table.epoch + 1
     tokens = tuple(table.units[str(u)].epoch for u in range(32))
     assert split.lineage == Lineage(32, 128, split.epoch, tokens)
     assert [e.reason for e in decided(result).events] == [Reason.RESHARDED]
@@ -113,10 +115,12 @@ def test_a_split_waits_for_hand_offs_under_way(spec32: Any) -> None:
     members = workers(4)
     table, _ = settle(spec32, initial_table(REF, spec32, 1), workers(3), 1000.0)
     moving = written(run(spec32, table, members, now=2000.0))  # w-3 joins: releases begin
-    assert moving is not None and moving.releasing()
+    assert moving is not None
+    assert moving.releasing()
     bigger = reshaped(spec32, 64)
     held = run(bigger, moving, members, now=2000.5)  # no acks yet
-    assert held.new_table is None and held.resharding is not None
+    assert held.new_table is None
+    assert held.resharding is not None
     assert held.resharding.ready == 64 - 2 * len(moving.releasing())
     status = unit_set_status(StatusInput(moving, held, members, 2, "cm", 2000.5))
     assert status["resharding"] == {
@@ -129,10 +133,13 @@ def test_a_split_waits_for_hand_offs_under_way(spec32: Any) -> None:
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Resharding"]["status"] == "True"
     done = written(run(bigger, moving, acked(moving, members), now=2001.0))
-    assert done is not None and done.count == 32 and not done.releasing()  # hand-offs finish
+    assert done is not None
+    assert done.count == 32
+    assert not done.releasing()
     writing = run(bigger, done, acked(done, members), now=2001.5)
     split = written(writing)
-    assert split is not None and split.count == 64
+    assert split is not None
+    assert split.count == 64
     assert owner_of_keys(split) == owner_of_keys(done)
     # That pass planned 32 units: it says nothing of the 64 yet, so not Balanced.
     status = unit_set_status(StatusInput(split, writing, members, 2, "cm", 2001.5))
@@ -149,7 +156,8 @@ def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:
     table, _ = settle(spec32, initial_table(REF, spec32, 1), four, 1000.0)
     spec128 = reshaped(spec32, 128)
     table, results = settle(spec128, table, six, 2000.0)
-    assert table.count == 128 and table.lineage is not None
+    assert table.count == 128
+    assert table.lineage is not None
     assert sorted(len(u) for u in table.by_member().values()) == [21, 21, 21, 21, 22, 22]
     # Every move after the split was one the rebalance asked for: to the two new pods only.
     moves = [e for r in results for e in decided(r).events if e.reason is Reason.HANDOFF_STARTED]
@@ -174,7 +182,8 @@ def test_split_then_rebalance_then_merge_loses_no_unit(spec32: Any) -> None:
         table, now = written(result), now + 1.0
     assert gathered == apart
     merged, _ = settle(spec64, table, six, now)
-    assert merged.count == 64 and merged.lineage is not None
+    assert merged.count == 64
+    assert merged.lineage is not None
     assert (merged.lineage.from_count, merged.lineage.epoch) == (128, table.epoch)
     assert all(state.owner is not None for state in merged.units.values())
     assert sorted(len(u) for u in merged.by_member().values()) == [10, 10, 11, 11, 11, 11]
@@ -184,7 +193,8 @@ def test_other_key_schemes_never_reshard() -> None:
     spec = pset(keyScheme="netherite")
     table, _ = settle(spec, initial_table(REF, spec, 1), workers(2), 1000.0)
     result = run(reshaped(spec, 64), table, workers(2))
-    assert result.resharding is None and (result.new_table is None or written(result).count == 32)
+    assert result.resharding is None
+    assert result.new_table is None or written(result).count == 32
 
 
 @pytest.mark.parametrize("layout", ["map", "indexed"])
@@ -229,12 +239,15 @@ def test_a_worker_carries_its_parents_state_into_its_children(spec32: Any) -> No
     split = written(run(reshaped(spec32, 64), table, acked(table, members)))
     me = Incarnation("w-0", "uid-w-0")
     plan = reshape(split, me, 32, serving_of(table, "w-0"))
-    assert plan is not None and not plan.dropped and not plan.load
+    assert plan is not None
+    assert not plan.dropped
+    assert not plan.load
     assert plan.carried == {
         str(c): (str(c // 2),) for c in range(64) if split.units[str(c)].owner == "w-0"
     }
     after = plan_worker(split, me, plan.serving)
-    assert not after.acquire and not after.stop  # nothing reloaded: the state was split
+    assert not after.acquire
+    assert not after.stop
     assert reshape(split, me, 64, plan.serving) is None
 
 
@@ -245,10 +258,12 @@ def test_a_worker_with_a_stale_token_or_a_missed_resharding_reloads(spec32: Any)
     me = Incarnation("w-0", "uid-w-0")
     stale = {u: token - 1 for u, token in serving_of(table, "w-0").items()}
     plan = present(reshape(split, me, 32, stale), "the reshape of a stale token")
-    assert plan.carried == {} and plan.dropped == set(stale)
+    assert plan.carried == {}
+    assert plan.dropped == set(stale)
     assert plan_worker(split, me, plan.serving).acquire == owned_units(split, me)
     missed = present(reshape(split, me, 16, {"3": 1}), "the reshape of a missed resharding")
-    assert missed.carried == {} and missed.dropped == {"3"}
+    assert missed.carried == {}
+    assert missed.dropped == {"3"}
 
 
 def test_a_merge_loads_the_siblings_this_process_does_not_hold() -> None:
@@ -293,11 +308,13 @@ def test_the_split_merge_scenario_moves_nothing_at_the_split() -> None:
     scenario = make_scenario("split-merge", units=32, members=4)
     rows = list(run_steps(scenario, {"name": "Balanced"}))
     (_, before, _), (split, after_split, _), (_, grown, _), (merge, _, _) = rows
-    assert split.units == 128 and split.moves == 0
+    assert split.units == 128
+    assert split.moves == 0
     where = {u: m for m, us in before.items() for u in us}
     parents = present(scenario.steps[0].parents, "the split's parents")
     assert all(where[parents[u][0]] == m for m, us in after_split.items() for u in us)
     owner = {u: m for m, us in grown.items() for u in us}
     siblings = present(scenario.steps[2].parents, "the merge's parents").values()
     apart = sum(owner[a] != owner[b] for a, b in siblings)
-    assert merge.units == 64 and merge.moves >= apart > 0
+    assert merge.units == 64
+    assert merge.moves >= apart > 0

@@ -166,7 +166,8 @@ class ReshardModel(HandoffModel):
 
     def epochs_never_go_backwards(self) -> None:
         for old, new in zip(self.history, self.history[1:], strict=False):
-            assert new.epoch == old.epoch + 1 and new.set_ref == old.set_ref
+            assert new.epoch == old.epoch + 1
+            assert new.set_ref == old.set_ref
             for unit in old.units.keys() & new.units.keys():
                 assert new.units[unit].epoch >= old.units[unit].epoch
 

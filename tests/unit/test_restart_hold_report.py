@@ -95,7 +95,9 @@ async def test_a_hold_is_announced_once_and_written_before_its_table(daemon: Any
 
     assert [reason for _, reason, _ in daemon.posted] == ["HeldForRestart"]
     type_, _, note = daemon.posted[0]
-    assert type_ == "Normal" and f"{len(mine)} unit(s)" in note and "w-1" in note
+    assert type_ == "Normal"
+    assert f"{len(mine)} unit(s)" in note
+    assert "w-1" in note
     kinds = [kind for kind, _ in daemon.writes]
     assert kinds[-2:] == ["status", "table"], "the hold goes into the status first"
     status = daemon.writes[-2][1]

@@ -94,10 +94,12 @@ def test_a_container_restart_within_the_grace_moves_nothing() -> None:
     assert first.wake_at == T0 + 1 + GRACE, "passes again when the grace ends"
 
     later = run(s, table, restarting, T0 + 20, restart_holds=first.restart_holds)
-    assert later.new_table is None and later.restart_holds["w-3"].since == T0 + 1
+    assert later.new_table is None
+    assert later.restart_holds["w-3"].since == T0 + 1
 
     back = run(s, table, workers(), T0 + 25, restart_holds=later.restart_holds)
-    assert back.new_table is None and not back.restart_holds
+    assert back.new_table is None
+    assert not back.restart_holds
 
 
 def test_past_the_grace_a_restarting_members_units_move_as_usual() -> None:
@@ -108,7 +110,8 @@ def test_past_the_grace_a_restarting_members_units_move_as_usual() -> None:
     expired = run(s, table, restarting, T0 + 1 + GRACE, restart_holds=held)
     assert expired.restart_holds == {"w-3": RestartHold("w-3", T0 + 1, frozenset())}, "spent"
     moving = written(expired)
-    assert moving is not None and set(moving.releasing()) == units_of(table, "w-3")
+    assert moving is not None
+    assert set(moving.releasing()) == units_of(table, "w-3")
 
     # Still NotReady: the spent hold keeps a new one from starting and undoing the moves.
     later = run(s, moving, restarting, T0 + 2 + GRACE, restart_holds=expired.restart_holds)
@@ -147,7 +150,8 @@ def test_a_recreated_statefulset_pod_gets_its_units_back_under_new_tokens() -> N
     new = WorkerPod("w-3", "uid-w-3-again", ready=False)
     back = run(s, unowned, with_pod(workers(), new), T0 + 12, restart_holds=waiting.restart_holds)
     returned = written(back)
-    assert returned is not None and units_of(returned, "w-3") == mine
+    assert returned is not None
+    assert units_of(returned, "w-3") == mine
     assert returned.member_uids["w-3"] == "uid-w-3-again"
     assert all(returned.units[u].epoch == returned.epoch > table.units[u].epoch for u in mine), (
         "the new incarnation acquires like a newcomer, under tokens above the old ones"
@@ -156,7 +160,8 @@ def test_a_recreated_statefulset_pod_gets_its_units_back_under_new_tokens() -> N
 
     up = with_pod(workers(), replace(new, ready=True))
     settled = run(s, returned, up, T0 + 14, restart_holds=back.restart_holds)
-    assert settled.new_table is None and not settled.restart_holds
+    assert settled.new_table is None
+    assert not settled.restart_holds
 
 
 def test_a_recreated_pod_that_comes_too_late_gets_nothing_reserved() -> None:
@@ -270,7 +275,8 @@ def test_a_hold_is_in_the_status_before_the_table_that_leaves_its_units_unowned(
     state = SetState(reserved=table.epoch + 63)
     state.note_holds(first.restart_holds, GRACE)
     reserved = state.reservation(written(first))
-    assert reserved is not None and reserved["restartHolds"][0]["pod"] == "w-3"
+    assert reserved is not None
+    assert reserved["restartHolds"][0]["pod"] == "w-3"
 
     successor = SetState.from_status(reserved)
     assert successor.restart_holds == {
@@ -294,7 +300,8 @@ def test_unit_ranges_are_cut_at_a_range_boundary() -> None:
     text = unit_ranges(scattered)
     assert len(text) <= MAX_RANGES_TEXT
     kept = parse_unit_ranges(text)
-    assert kept <= scattered and len(kept) == text.count(",") + 1
+    assert kept <= scattered
+    assert len(kept) == text.count(",") + 1
 
 
 def test_hold_rows_round_trip() -> None:
@@ -316,7 +323,8 @@ def test_a_pass_that_decides_nothing_keeps_the_holds_and_wakes_for_none_past() -
     table = balanced(s)
     holds = {"w-3": RestartHold("w-3", T0, frozenset(units_of(table, "w-3")))}
     waiting = run(s, table, [], T0 + 5, restart_holds=holds)
-    assert waiting.decision is None and waiting.restart_holds == holds
+    assert waiting.decision is None
+    assert waiting.restart_holds == holds
     assert waiting.wake_at == T0 + GRACE
     over = run(s, table, [], T0 + GRACE + 1, restart_holds=holds)
     assert over.restart_holds == {"w-3": RestartHold("w-3", T0, frozenset())}

@@ -139,7 +139,8 @@ def test_crash_akka_keeps_units_on_the_unreachable_member_balanced_moves_them() 
 def test_drive_takes_an_instance_and_labels_it() -> None:
     run = drive(scale_out(units=20, members=2, steps=1), Balanced())
     assert run.strategy == "Balanced"
-    assert run.initial.step == 0 and run.initial.event == "start"
+    assert run.initial.step == 0
+    assert run.initial.event == "start"
     assert run.initial.moves == run.initial.lower_bound == 20
     assert sorted(u for units in run.assignment.values() for u in units) == sorted(
         scale_out(units=20, members=2, steps=1).initial.units

@@ -98,7 +98,8 @@ def reassigned_at(table: AssignmentTable, clock: Clock, known: float, start: flo
 
     since = table.units["0"].releasing.since  # type: ignore[union-attr]
     low, high = start, clock.when(max(since, known) + T) + 1.0  # a skew only ever delays it
-    assert not moved(low) and moved(high)
+    assert not moved(low)
+    assert moved(high)
     for _ in range(60):
         middle = (low + high) / 2
         low, high = (low, middle) if moved(middle) else (middle, high)
@@ -178,4 +179,5 @@ def test_the_model_fails_without_the_send_time() -> None:
     lease.confirm(clock.at(answered))  # wrong: the answer's arrival
     reassign = reassigned_at(released(published), clock, clock.at(published), published)
     deadline = lease.expires_at("0")
-    assert deadline is not None and clock.when(deadline) > reassign
+    assert deadline is not None
+    assert clock.when(deadline) > reassign

@@ -78,14 +78,17 @@ def test_a_fence_keeps_the_table_and_lifts_at_its_end() -> None:
     state.fence_problem = fence = Problem("AssignmentFenced", "fenced")
     fenced = prepare(g, state, None, None)
     outcome = run(g, fenced, state)
-    assert outcome.result.decision is None and not outcome.planned
+    assert outcome.result.decision is None
+    assert not outcome.planned
     assert outcome.result.problems == (fence,)
     assert next_wake(g, fenced, outcome.result, state) == NOW + 30, "woken when the fence ends"
     later = replace(g, now=NOW + 30)
     lifted = prepare(later, state, fenced.fingerprint, NOW + 30)
-    assert lifted.problem is None and lifted.new
+    assert lifted.problem is None
+    assert lifted.new
     after = run(later, lifted, state)
-    assert after.planned and after.result.new_table is not None
+    assert after.planned
+    assert after.result.new_table is not None
 
 
 def test_a_missing_workload_keeps_the_table() -> None:
@@ -93,7 +96,8 @@ def test_a_missing_workload_keeps_the_table() -> None:
     problem = Problem("WorkloadNotFound", "gone")
     g = Gathered(spec(), placed(members), 1, [], members, NOW, problem=problem)
     outcome = run(g, prepare(g, SetState(), None, None), SetState())
-    assert outcome.result.decision is None and outcome.result.problems == (problem,)
+    assert outcome.result.decision is None
+    assert outcome.result.problems == (problem,)
 
 
 def test_a_written_table_starts_its_round_and_reports_a_forced_hand_off() -> None:
@@ -102,15 +106,18 @@ def test_a_written_table_starts_its_round_and_reports_a_forced_hand_off() -> Non
     state = SetState()
     g = Gathered(spec(), placed(two), 1, three, three, NOW)
     round_ = run(g, prepare(g, state, None, None), state).result
-    assert round_.round_started and round_.new_table is not None
+    assert round_.round_started
+    assert round_.new_table is not None
     state.written(round_.new_table, NOW)  # as SetLoop.write_table: the releases known from now
     written(state, round_, NOW, 30.0)
-    assert state.last_round == NOW and state.timeout_problem(NOW) is None
+    assert state.last_round == NOW
+    assert state.timeout_problem(NOW) is None
 
     late = replace(g, published=round_.new_table, now=NOW + 120)  # nobody acked
     forced = run(late, prepare(late, state, None, None), state).result
     assert forced.new_table is not None
     written(state, forced, late.now, 30.0)
     problem = state.timeout_problem(late.now)
-    assert problem is not None and problem.reason == "HandoffTimedOut"
+    assert problem is not None
+    assert problem.reason == "HandoffTimedOut"
     assert state.last_round == NOW, "a forced hand-off starts no round"

@@ -217,7 +217,8 @@ class PassModel(RuleBasedStateMachine):
         for unit, state in table.units.items():
             assert state.releasing is None, f"unit {unit} still in hand-off"
             owner = self.pods.get(state.owner or "")
-            assert owner is not None and owner.uid == table.member_uids.get(state.owner or ""), (
+            assert owner is not None, f"unit {unit} has no live owner after settling: {state.owner}"
+            assert owner.uid == table.member_uids.get(state.owner or ""), (
                 f"unit {unit} has no live owner after settling: {state.owner}"
             )
             assert not owner.terminating, f"unit {unit} stays on terminating {state.owner}"
@@ -249,7 +250,8 @@ class PassModel(RuleBasedStateMachine):
         release = before.releasing
         if release is not None and release.to == owner:
             pod = self.pods.get(owner)
-            assert pod is not None and not pod.terminating, f"unit {unit} handed to {owner}"
+            assert pod is not None, f"unit {unit} handed to {owner}"
+            assert not pod.terminating, f"unit {unit} handed to {owner}"
             assert new.member_uids.get(owner) == pod.uid, f"unit {unit} to a new {owner}"
             if not pod.ready:
                 event("handed: release target turned NotReady meanwhile")
@@ -313,7 +315,8 @@ class PassModel(RuleBasedStateMachine):
             event("handed: owner acked")
             return
         known = self.known.get((unit, release.epoch))
-        assert known is not None and self.now - known >= TIMEOUT, (
+        assert known is not None, f"unit {unit} taken from {owner} before its ack or the timeout"
+        assert self.now - known >= TIMEOUT, (
             f"unit {unit} taken from {owner} before its ack or the timeout"
         )
         event("handed: handoff timed out")

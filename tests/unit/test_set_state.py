@@ -25,7 +25,8 @@ def fenced_state() -> tuple[SetState, dict[str, object]]:
     state = SetState()
     status: dict[str, object] = {"reservedEpoch": 7, "epoch": 7}
     table, repair = state.resume(None, None, status, TEMPLATE, T0, TIMEOUT)
-    assert repair is not None and repair.fenced
+    assert repair is not None
+    assert repair.fenced
     assert table.epoch == 8  # above every epoch reserved, so no token is ever handed out twice
     return state, status
 
@@ -53,7 +54,8 @@ def test_a_fence_survives_a_restart_through_the_status_and_never_ends_early() ->
 def test_a_fence_end_is_rounded_up_to_the_second() -> None:
     state = SetState(fence_until=T0 + 0.2)
     reservation = state.reservation(TEMPLATE)
-    assert reservation is not None and reservation["fencedUntil"] == "2026-11-24T10:00:01Z"
+    assert reservation is not None
+    assert reservation["fencedUntil"] == "2026-11-24T10:00:01Z"
 
 
 def test_the_reservation_runs_ahead_of_every_table_and_is_written_only_when_needed() -> None:
@@ -61,7 +63,8 @@ def test_the_reservation_runs_ahead_of_every_table_and_is_written_only_when_need
     assert state.reservation(at_epoch(3)) is None  # already reserved
     assert state.reservation(at_epoch(4)) == {"reservedEpoch": 4, "fencedUntil": None}
     state.written(at_epoch(4), T0)
-    assert state.reserved == 4 and state.remembered == at_epoch(4)
+    assert state.reserved == 4
+    assert state.remembered == at_epoch(4)
 
 
 def test_missing_loads_are_a_fault_only_after_their_grace_and_a_silent_unit_keeps_its_load() -> (

@@ -43,19 +43,26 @@ def test_with_the_last_table_remembered_its_owners_return_above_every_reserved_e
     found: AssignmentTable | None, unreadable: str | None, damage: TableDamage
 ) -> None:
     repair = recover(found, unreadable, published=8, reserved=8, remembered=LAST, template=TEMPLATE)
-    assert repair is not None and repair.damage is damage and not repair.fenced
+    assert repair is not None
+    assert repair.damage is damage
+    assert not repair.fenced
     assert repair.table.epoch == 9, "above everything that may have been published"
-    assert repair.table.owners() == LAST.owners() and repair.table.members == LAST.members
+    assert repair.table.owners() == LAST.owners()
+    assert repair.table.members == LAST.members
     # Each worker keeps serving exactly what it served, under the same tokens: nothing moves.
     for me in (A, B):
         serving = {u: LAST.units[u].epoch for u, o in LAST.owners().items() if o == me.name}
         plan = plan_worker(repair.table, me, serving)
-        assert not plan.acquire and not plan.release and not plan.stop
+        assert not plan.acquire
+        assert not plan.release
+        assert not plan.stop
 
 
 def test_without_a_copy_the_fence_makes_every_worker_stop() -> None:
     repair = recover(None, None, published=8, reserved=8, remembered=None, template=TEMPLATE)
-    assert repair is not None and repair.fenced and repair.damage is TableDamage.LOST
+    assert repair is not None
+    assert repair.fenced
+    assert repair.damage is TableDamage.LOST
     assert repair.table.epoch == 9
     assert set(repair.table.owners().values()) == {None}
     # A unit's token grows even into Unowned, so the next owner's is above every old one.
@@ -79,22 +86,28 @@ def test_after_a_restart_a_table_below_the_reservation_is_fenced() -> None:
     """Rolled back while the status lagged, or the write after the reservation failed: without
     a copy the two look alike, and the fence is the safe answer to both."""
     repair = recover(LAST, None, published=8, reserved=9, remembered=None, template=TEMPLATE)
-    assert repair is not None and repair.fenced and repair.table.epoch == 10
+    assert repair is not None
+    assert repair.fenced
+    assert repair.table.epoch == 10
 
 
 def test_a_rolled_back_table_without_a_copy_is_not_trusted() -> None:
     """Its owners are stale: a worker that got a unit since would serve it beside the old one.
     The status's epoch (8) says a newer table was published."""
     repair = recover(OLD, None, published=8, reserved=8, remembered=None, template=TEMPLATE)
-    assert repair is not None and repair.fenced and repair.damage is TableDamage.ROLLED_BACK
+    assert repair is not None
+    assert repair.fenced
+    assert repair.damage is TableDamage.ROLLED_BACK
     assert repair.table.epoch == 9
 
 
 def test_a_table_above_the_reservation_was_not_written_by_the_operator() -> None:
     forged = table(500, {"0": "w-1"})
     repair = recover(forged, None, published=8, reserved=8, remembered=LAST, template=TEMPLATE)
-    assert repair is not None and repair.damage is TableDamage.TAMPERED
-    assert repair.table.epoch == 501 and repair.table.owners() == LAST.owners()
+    assert repair is not None
+    assert repair.damage is TableDamage.TAMPERED
+    assert repair.table.epoch == 501
+    assert repair.table.owners() == LAST.owners()
 
 
 def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
@@ -102,7 +115,8 @@ def test_a_table_of_an_earlier_set_of_the_same_name_is_not_remembered() -> None:
         ResourceRef("ShardSet", "ns", "carts", "uid-0"), 1, "akka", 4, 9, (A, B), LAST.units
     )
     repair = recover(None, None, published=8, reserved=8, remembered=other, template=TEMPLATE)
-    assert repair is not None and repair.fenced
+    assert repair is not None
+    assert repair.fenced
 
 
 def test_a_reported_handoff_timeout_survives_a_restart() -> None:

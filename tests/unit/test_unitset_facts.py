@@ -73,7 +73,8 @@ def test_pod_facts() -> None:
         False,
         False,
     )
-    assert fact.revision == "w-1" and fact.ip == "127.0.0.9"
+    assert fact.revision == "w-1"
+    assert fact.ip == "127.0.0.9"
     assert fact.ports == {"metrics": 8080}
 
     annotations = {
@@ -88,7 +89,8 @@ def test_pod_facts() -> None:
             metadata__deletionTimestamp="2026-01-01T00:01:00Z",
         )
     )
-    assert fact.terminating and fact.deletion_cost == "8"
+    assert fact.terminating
+    assert fact.deletion_cost == "8"
     assert fact.acks == {"apportion.dev/ack.partitionset.demo": '{"uid":"x","epoch":1}'}
     mine = fact.for_set("apportion.dev/ack.partitionset.demo")
     assert mine.acks == {"apportion.dev/ack.partitionset.demo": '{"uid":"x","epoch":1}'}
@@ -97,8 +99,10 @@ def test_pod_facts() -> None:
 
     unready = WorkerPod.from_body(pod_body("w-2", status__conditions=[]))
     failed = WorkerPod.from_body(pod_body("w-3", status__phase="Failed"))
-    assert not unready.ready and failed.terminal
-    assert fact.ready_since == "" and unready.ready_since == ""
+    assert not unready.ready
+    assert failed.terminal
+    assert fact.ready_since == ""
+    assert unready.ready_since == ""
     turned = [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:30Z"}]
     was = [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-01-01T00:00:30Z"}]
     assert WorkerPod.from_body(pod_body("w-4", status__conditions=turned)).ready_since == (
@@ -141,12 +145,14 @@ def statefulset(current: str, update: str) -> WorkloadFact:
 
 def test_statefulset_rollout() -> None:
     settled = rollout_of(statefulset("w-1", "w-1"), [member("w-0", "w-1")])
-    assert not settled.rolling and settled.new_revision == "w-1"
+    assert not settled.rolling
+    assert settled.new_revision == "w-1"
     rolling = rollout_of(
         statefulset("w-1", "w-2"),
         [member("w-0", "w-1"), member("w-1", "w-1"), member("w-2", "w-2")],
     )
-    assert rolling.rolling and rolling.new_revision == "w-2"
+    assert rolling.rolling
+    assert rolling.new_revision == "w-2"
     assert rolling.message == "StatefulSet w: 1 of 3 member(s) at revision w-2"
 
 
@@ -157,10 +163,12 @@ def test_deployment_and_bare_pod_rollouts() -> None:
         member("d-b", "new", "2026-01-01T00:05:00Z"),
     ]
     rolling = rollout_of(deployment, pods)
-    assert rolling.rolling and rolling.new_revision == "new"
+    assert rolling.rolling
+    assert rolling.new_revision == "new"
     done = WorkloadFact("Deployment", "d", {}, 2, 2, 2)
     assert not rollout_of(done, [member("d-b", "new")]).rolling
-    assert rollout_of(None, pods).rolling and rollout_of(None, pods).new_revision == "new"
+    assert rollout_of(None, pods).rolling
+    assert rollout_of(None, pods).new_revision == "new"
     assert not rollout_of(None, [member("p", "")]).rolling
 
 
@@ -231,7 +239,8 @@ def test_consistent_hashing_and_external_with_its_fallback_options() -> None:
         },
     )
     pinned = strategy_for(external)
-    assert isinstance(pinned, External) and pinned.pins == {"7": "w-0"}
+    assert isinstance(pinned, External)
+    assert pinned.pins == {"7": "w-0"}
     assert isinstance(pinned.fallback, LeastShards)
     assert pinned.fallback.options == LeastShardsParameters(absolute_limit=5, relative_limit=0.1)
 
@@ -260,7 +269,9 @@ def test_config_map_names() -> None:
     assert assignment_config_map("ShardSet", "demo") == "demo-shardset-assignment"
     long_a = assignment_config_map("ShardSet", "a" * 240 + "x")
     long_b = assignment_config_map("ShardSet", "a" * 240 + "y")
-    assert long_a != long_b and len(long_a) <= 221 and len(long_b) <= 221
+    assert long_a != long_b
+    assert len(long_a) <= 221
+    assert len(long_b) <= 221
 
 
 def test_one_fact_per_pod_name() -> None:

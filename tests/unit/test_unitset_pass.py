@@ -112,7 +112,8 @@ def balanced4(spec: Any) -> AssignmentTable:
 def test_first_pass_assigns_every_unit_evenly(spec: Any) -> None:
     result = run(spec, initial_table(REF, spec, 1), workers(4))
     table = written(result)
-    assert table is not None and table.epoch == 1
+    assert table is not None
+    assert table.epoch == 1
     assert counts(table) == {"w-0": 8, "w-1": 8, "w-2": 8, "w-3": 8}
     assert {e.reason for e in decided(result).events} == {Reason.ASSIGNED}
     assert not result.round_started, "placing unowned units is not a rebalance round"
@@ -121,9 +122,12 @@ def test_first_pass_assigns_every_unit_evenly(spec: Any) -> None:
 def test_scale_out_moves_the_minimum_through_releases(spec: Any, balanced4: AssignmentTable):
     members = workers(5)
     result = run(spec, balanced4, members)
-    assert len(result.kept) == 6 and result.held == 0 and result.round_started
+    assert len(result.kept) == 6
+    assert result.held == 0
+    assert result.round_started
     table = written(result)
-    assert table.epoch == 2 and len(table.releasing()) == 6
+    assert table.epoch == 2
+    assert len(table.releasing()) == 6
     assert {r.to for r in table.releasing().values()} == {"w-4"}
     assert counts(table)["w-4"] == 0, "nothing changes hands before the owners acknowledge"
     assert "rebalancing 6 unit(s)" in present(result.summary, "summary")
@@ -139,7 +143,8 @@ def test_unacknowledged_release_is_forced_after_the_timeout(spec, balanced4) -> 
     members = workers(5)
     table = written(run(spec, balanced4, members))
     waiting = run(spec, table, members, now=1004.0)
-    assert waiting.new_table is None and decided(waiting).wake_at == 1005.0
+    assert waiting.new_table is None
+    assert decided(waiting).wake_at == 1005.0
     forced = run(spec, table, members, now=1005.0)
     assert {e.reason for e in decided(forced).events} == {Reason.HANDOFF_TIMED_OUT}
     assert counts(written(forced))["w-4"] == 6
@@ -151,7 +156,8 @@ def test_units_of_a_gone_pod_move_at_once_even_when_rebalancing_is_held(spec, ba
     result = run(spec, balanced4, survivors, last_round=999.9, rollout=rolling)
     table = written(result)
     assert {e.reason for e in decided(result).events} == {Reason.OWNER_GONE}
-    assert "w-3" not in counts(table) and sum(counts(table).values()) == 32
+    assert "w-3" not in counts(table)
+    assert sum(counts(table).values()) == 32
     assert result.hold_reason.startswith("rollout in progress")
 
 
@@ -160,7 +166,8 @@ def test_a_new_incarnation_of_the_same_name_does_not_inherit_units(spec, balance
     members[3] = WorkerPod("w-3", "uid-w-3-again")
     result = run(spec, balanced4, members)
     gone = [e for e in decided(result).events if e.reason is Reason.OWNER_GONE]
-    assert gone and all(e.source == "w-3" for e in gone)
+    assert gone
+    assert all(e.source == "w-3" for e in gone)
     assert written(result).member_uids["w-3"] == "uid-w-3-again"
 
 
@@ -168,7 +175,8 @@ def test_rollout_holds_optional_moves_unless_told_not_to(balanced4) -> None:
     rolling = Rollout(True, "rev-2", "StatefulSet w: 1 of 5 member(s) at revision rev-2")
     held_spec = pset(rebalance={"interval": "1s"})
     held = run(held_spec, balanced4, workers(5), rollout=rolling)
-    assert written(held).releasing() == {} and held.held == 6
+    assert written(held).releasing() == {}
+    assert held.held == 6
     assert "StatefulSet w" in present(held.hold_reason, "hold reason")
 
     free_spec = pset(rebalance={"interval": "1s", "pauseDuringRollout": False})
@@ -178,16 +186,20 @@ def test_rollout_holds_optional_moves_unless_told_not_to(balanced4) -> None:
 
 def test_a_round_waits_for_the_interval(spec, balanced4) -> None:
     early = run(spec, balanced4, workers(5), now=1000.0, last_round=999.5)
-    assert early.held == 6 and early.next_round == 1000.5 and early.wake_at == 1000.5
+    assert early.held == 6
+    assert early.next_round == 1000.5
+    assert early.wake_at == 1000.5
     on_time = run(spec, balanced4, workers(5), now=1000.5, last_round=999.5)
-    assert on_time.held == 0 and on_time.round_started
+    assert on_time.held == 0
+    assert on_time.round_started
 
 
 def test_max_moves_per_round_bounds_optional_moves(balanced4) -> None:
     spec = pset(rebalance={"interval": "1s", "maxMovesPerRound": 2})
     result = run(spec, balanced4, workers(5))
     assert len(written(result).releasing()) == 2
-    assert not present(result.plan, "plan").quality.converged and result.next_round == 1001.0
+    assert not present(result.plan, "plan").quality.converged
+    assert result.next_round == 1001.0
     table, _ = settle(spec, balanced4, workers(5), now=1000.0)
     assert sorted(counts(table).values()) == [6, 6, 6, 7, 7]
 
@@ -201,7 +213,8 @@ def test_zero_moves_per_round_still_places_units_of_gone_pods(balanced4) -> None
 
 def test_no_members_keeps_the_published_table_and_says_why(spec, balanced4) -> None:
     result = run(spec, balanced4, [])
-    assert result.decision is None and result.new_table is None
+    assert result.decision is None
+    assert result.new_table is None
     assert [p.reason for p in result.problems] == ["NoMembers"]
     status = unit_set_status(StatusInput(balanced4, result, [], 1, "cm", NOW))
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -218,7 +231,8 @@ def test_a_pod_no_longer_selected_hands_its_units_off(spec, balanced4) -> None:
     departed = workers(4)[3:]
     result = run(spec, balanced4, selected, departed=departed)
     releases = written(result).releasing()
-    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-3"}
+    assert len(releases) == 8
+    assert {balanced4.units[u].owner for u in releases} == {"w-3"}
     assert counts(written(result))["w-3"] == 8, "kept until w-3 acknowledges"
 
 
@@ -228,7 +242,8 @@ def test_a_worker_announcing_drain_gets_its_units_moved(spec, balanced4) -> None
     ack = make_ack(balanced4, me, draining=True).to_annotation()
     members[0] = WorkerPod("w-0", "uid-w-0", acks={ACK: ack})
     releases = written(run(spec, balanced4, members)).releasing()
-    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-0"}
+    assert len(releases) == 8
+    assert {balanced4.units[u].owner for u in releases} == {"w-0"}
 
 
 def test_terminating_pods_are_drained_at_once(spec, balanced4) -> None:
@@ -245,7 +260,8 @@ def test_a_drained_pod_hands_everything_off_and_takes_units_back_when_uncordoned
     members[1] = replace(members[1], drained=True)
     first = run(spec, balanced4, members, last_round=999.9)
     releases = written(first).releasing()
-    assert len(releases) == 8 and {balanced4.units[u].owner for u in releases} == {"w-1"}
+    assert len(releases) == 8
+    assert {balanced4.units[u].owner for u in releases} == {"w-1"}
     assert "w-1" not in {r.to for r in releases.values()}
     assert counts(written(first))["w-1"] == 8, "kept until w-1 acknowledges: a hand-off"
     drained, _ = settle(spec, written(first), members, 1000.0)
@@ -327,9 +343,11 @@ def test_status_of_a_balanced_set() -> None:
         "Degraded": ("False", "AsExpected"),
         "Resharding": ("False", "Resharded"),
     }
-    assert status["imbalance"] == "1.00" and status["movesInProgress"] == 0
+    assert status["imbalance"] == "1.00"
+    assert status["movesInProgress"] == 0
     assert status["releasesFailing"] == 0
-    assert status["members"] == status["readyMembers"] == 4 and status["assignedUnits"] == 32
+    assert status["members"] == status["readyMembers"] == 4
+    assert status["assignedUnits"] == 32
     assert [r["units"] for r in status["memberUnits"]] == [8, 8, 8, 8]
     assert status["lastRebalanceTime"] == "1970-01-01T00:00:00Z"
 
@@ -342,7 +360,8 @@ def test_status_while_handing_off() -> None:
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions["Balanced"] == ("False", "HandoffInProgress")
     assert conditions["Progressing"] == ("True", "HandoffInProgress")
-    assert status["movesInProgress"] == 6 and status["imbalance"] == "1.25"
+    assert status["movesInProgress"] == 6
+    assert status["imbalance"] == "1.25"
 
 
 def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
@@ -355,19 +374,23 @@ def test_a_release_reported_failing_is_a_fault_in_the_status_until_the_timeout(
     ack = make_ack(table, w0, pending=stuck, failing=dict.fromkeys(stuck, "OSError: flush"))
     members[0] = replace(members[0], acks={ACK: ack.to_annotation()})
     result = run(spec, table, members, now=1001.0)
-    assert result.new_table is None and set(decided(result).failing) == set(stuck)
+    assert result.new_table is None
+    assert set(decided(result).failing) == set(stuck)
     (problem,) = result.problems
     assert problem.reason == "ReleaseFailing"
     assert problem.message.startswith(f"w-0 cannot release {len(stuck)} unit(s) ({stuck[0]}")
-    assert "OSError: flush" in problem.message and "handoffTimeout" in problem.message
+    assert "OSError: flush" in problem.message
+    assert "handoffTimeout" in problem.message
     status = unit_set_status(StatusInput(table, result, members, 1, "cm", NOW))
     conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
     assert conditions["Degraded"] == ("True", "ReleaseFailing")
-    assert status["releasesFailing"] == len(stuck) and status["movesInProgress"] == 6
+    assert status["releasesFailing"] == len(stuck)
+    assert status["movesInProgress"] == 6
     # The owner never succeeds: handoffTimeout reassigns, and nothing is reported failing.
     forced = run(spec, table, members, now=1005.0)
     assert {e.reason for e in decided(forced).events} == {Reason.HANDOFF_TIMED_OUT}
-    assert forced.problems == () and decided(forced).failing == {}
+    assert forced.problems == ()
+    assert decided(forced).failing == {}
 
 
 def test_suspensions_told_by_acks_are_counted_in_the_status_and_each_new_one_reported(
@@ -427,7 +450,8 @@ def test_every_membership_settles_balanced_with_one_owner_per_unit(changes) -> N
         now += len(results) + 1
         assert table.epoch >= before
         owners = Counter(state.owner for state in table.units.values())
-        assert set(owners) <= {m.name for m in members} and None not in owners
+        assert set(owners) <= {m.name for m in members}
+        assert None not in owners
         assert max(owners.values()) - min(owners.values()) <= 1
         assert len(owners) == len(members) or len(members) > 32
         assert not table.releasing()
@@ -438,7 +462,8 @@ def test_not_balanced_while_a_member_is_starting() -> None:
     table = written(run(spec, initial_table(REF, spec, 1), workers(4)))
     members = [*workers(4), WorkerPod("w-4", "uid-w-4", ready=False)]
     result = run(spec, table, members)
-    assert result.new_table is not None and not result.kept, "w-4 joins, takes nothing yet"
+    assert result.new_table is not None, "w-4 joins, takes nothing yet"
+    assert not result.kept, "w-4 joins, takes nothing yet"
     status = unit_set_status(StatusInput(written(result), result, members, 1, "cm", NOW))
     (balanced,) = [c for c in status["conditions"] if c["type"] == "Balanced"]
     assert (balanced["status"], balanced["reason"]) == ("False", "MembersNotReady")
@@ -457,7 +482,8 @@ def test_a_pin_to_a_pod_that_is_not_a_member_is_reported_and_placed_by_the_fallb
     assert [p.reason for p in result.problems] == ["PinToUnknownPod"]
     assert "unit 1 → 'gohst-7'" in result.problems[0].message
     placed = written(result).owners()
-    assert placed["0"] == "w-1" and placed["1"] in {"w-0", "w-1"}
+    assert placed["0"] == "w-1"
+    assert placed["1"] in {"w-0", "w-1"}
     status = unit_set_status(StatusInput(written(result), result, workers(2), 1, "cm", NOW))
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "PinToUnknownPod")
@@ -472,7 +498,8 @@ def test_the_first_placement_waits_for_the_workloads_replicas_then_places_evenly
     table = initial_table(REF, spec, 1)
     starting = [*workers(1), *pods("w-1", "w-2", ready=False)]
     result = run(spec, table, starting, now=1000.0, desired_members=3, created=990.0)
-    assert result.new_table is None and [p.reason for p in result.problems] == ["WaitingForMembers"]
+    assert result.new_table is None
+    assert [p.reason for p in result.problems] == ["WaitingForMembers"]
     assert result.wake_at == 990.0 + 60.0, "looked at again when startup.timeout ends"
     status = unit_set_status(StatusInput(table, result, starting, 1, "cm", NOW))
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -493,7 +520,8 @@ def test_the_start_up_wait_ends_at_its_timeout_and_min_members_waits_for_good() 
     assert late.new_table is not None, "after startup.timeout the ready member takes them"
     pinned = sset(shards=30, startup={"minMembers": 2})
     forever = run(pinned, initial_table(REF, pinned, 1), starting, now=99999.0, created=990.0)
-    assert forever.new_table is None and forever.wake_at is None
+    assert forever.new_table is None
+    assert forever.wake_at is None
     # Once something was placed, the barrier is gone: later fleets rebalance as usual.
     assert run(pinned, written(late), starting, now=99999.0).problems == ()
 
@@ -537,7 +565,8 @@ def test_a_scale_up_fills_the_new_pods_in_one_round_so_no_unit_moves_twice() -> 
     more after the 5th, one of them off the 4th again; waiting for the replicas moves 4."""
     waiting = pset(partitions=12, rebalance={"interval": "1s", "handoffTimeout": "5s"})
     tables, first = _scale_up(waiting, 3, 5)
-    assert first.kept == () and first.held > 0, "nothing moves onto w-3 while w-4 is missing"
+    assert first.kept == (), "nothing moves onto w-3 while w-4 is missing"
+    assert first.held > 0, "nothing moves onto w-3 while w-4 is missing"
     assert "3 of 5 ready" not in (first.hold_reason or "")
     assert "4 of 5 ready" in (first.hold_reason or "")
     assert "rebalance.scaleUpWait" in (first.hold_reason or "")
@@ -561,7 +590,8 @@ def test_the_scale_up_wait_ends_after_scale_up_wait_and_spares_other_moves() -> 
     table, _ = settle(spec, initial_table(REF, spec, 1), workers(3), 1000.0)
     stuck = [*workers(3), WorkerPod("w-3", "uid-w-3", created=_ago(40.0), ready_since=_ago(31.0))]
     late = run(spec, table, stuck, desired_members=5)
-    assert late.kept and late.hold_reason is None, "w-4 never started: w-3 is not kept empty"
+    assert late.kept, "w-4 never started: w-3 is not kept empty"
+    assert late.hold_reason is None, "w-4 never started: w-3 is not kept empty"
     # A pod that is gone still hands its units off at once: the wait only holds optional moves.
     gone = [*workers(2), WorkerPod("w-3", "uid-w-3", ready_since=_ago(5.0))]
     forced = run(spec, table, gone, desired_members=5)

@@ -32,11 +32,11 @@ def test_a_split_puts_each_key_into_the_child_whose_hash_range_holds_it() -> Non
     for child in children:
         # Oracle: the range arithmetic on xxh3-64 itself.
         expected = {k for k in mine if child.lo <= xxhash.xxh3_64_intdigest(k.encode()) < child.hi}
-        assert set(parts[child.unit]) == expected and expected
+        assert set(parts[child.unit]) == expected
+        assert expected
     lost = set(mine) - set().union(*parts.values())
-    assert lost == {k for k in mine if SCHEME.unit(k, 32) == 14} and all(
-        parent.lo <= xxhash.xxh3_64_intdigest(k.encode()) < parent.hi for k in lost
-    )
+    assert lost == {k for k in mine if SCHEME.unit(k, 32) == 14}
+    assert all(parent.lo <= xxhash.xxh3_64_intdigest(k.encode()) < parent.hi for k in lost)
     everything = counters.split(
         mine, tuple(UnitRange.of(str(u), 32) for u in range(12, 16)), SCHEME.unit
     )
@@ -75,4 +75,5 @@ def test_lease_names_fit_and_stay_apart() -> None:
     assert lease_name("PartitionSet", "rs", 128, "5") == "rs-partitionset-unit-128-5"
     long = "x" * 250
     names = {lease_name("ShardSet", long, 64, str(u)) for u in range(3)}
-    assert len(names) == 3 and all(len(n) <= 253 for n in names)
+    assert len(names) == 3
+    assert all(len(n) <= 253 for n in names)

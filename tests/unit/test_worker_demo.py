@@ -72,13 +72,17 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 
 def test_command_line_errors_name_the_problem() -> None:
     missing = run("--kind", "PartitionSet")
-    assert missing.returncode == 2 and "--kind and --set are required" in missing.stderr
+    assert missing.returncode == 2
+    assert "--kind and --set are required" in missing.stderr
     both = run("--grains", "--set", "demo")
-    assert both.returncode == 2 and "leave out --kind and --set" in both.stderr
+    assert both.returncode == 2
+    assert "leave out --kind and --set" in both.stderr
     profile = run("--kind", "ShardSet", "--set", "s", "--load-profile", "zipf:-2")
-    assert profile.returncode == 2 and "--load-profile: load value '-2'" in profile.stderr
+    assert profile.returncode == 2
+    assert "--load-profile: load value '-2'" in profile.stderr
     no_pod = run("--kind", "ShardSet", "--set", "s", env={"PATH": "/usr/bin:/bin"})
-    assert no_pod.returncode == 1 and "POD_NAME is not set" in no_pod.stdout
+    assert no_pod.returncode == 1
+    assert "POD_NAME is not set" in no_pod.stdout
 
 
 class OneUnitWorker:
@@ -124,7 +128,8 @@ async def test_a_pod_that_lost_its_unit_has_its_writes_refused_and_counts_nothin
         status, body = await serve(new, "k")
         assert (status, body["count"]) == (200, 1)
         status, body = await serve(old, "k")
-        assert status == 409 and (body["token"], body["current"]) == (3, 5)
+        assert status == 409
+        assert (body["token"], body["current"]) == (3, 5)
         assert old.counters[(1, "0")]["k"].count == 1  # the refused increment did not count
         assert (await serve(new, "k"))[0] == 200
     finally:
@@ -147,5 +152,6 @@ async def test_an_unreachable_postgres_answers_503_and_counts_nothing(
 ) -> None:
     demo = demo_pod("w-0", 3, f"host=127.0.0.1 port={free_port()} connect_timeout=2", monkeypatch)
     status, body = await serve(demo, "k")
-    assert status == 503 and body["reason"].startswith("storage:")
+    assert status == 503
+    assert body["reason"].startswith("storage:")
     assert demo.counters[(1, "0")] == {}

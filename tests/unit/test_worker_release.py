@@ -78,7 +78,8 @@ class FakeApi:
         return decode(ConfigMap, self.server.objects[("configmaps", "ns", ROOT)])
 
     async def get(self, res: type, name: str, *, namespace: str) -> Any:
-        assert res is Pod and name == ME.name
+        assert res is Pod
+        assert name == ME.name
         return Pod.from_dict(
             {
                 "metadata": {"name": name, "namespace": namespace, "uid": ME.uid},
@@ -193,7 +194,8 @@ async def test_a_release_that_raises_is_retried_and_acknowledged_only_after_it_s
         await worker.close()
     assert callbacks.of("release") == [frozenset({"1"})] * 4  # three failures, then success
     failing = [ack for ack in api.acks if ack.failing]
-    assert failing and all(
+    assert failing
+    assert all(
         ack.pending == {"1"} and ack.failing == {"1": "RuntimeError: storage unavailable"}
         for ack in failing
     )
@@ -213,8 +215,10 @@ async def test_a_release_that_always_raises_is_never_acknowledged_and_stops_when
         await worker.wait_for(lambda: bool(api.acks) and bool(api.acks[-1].failing), 5)
         await worker.wait_for(lambda: callbacks.releases() >= 4, 5)
         failures, failing_now = counters(worker)
-        assert failures >= 3 and failing_now == 1
-        assert not worker.owns("1") and worker.token("1") == 1  # held, pending, no new work
+        assert failures >= 3
+        assert failing_now == 1
+        assert not worker.owns("1")
+        assert worker.token("1") == 1
         assert not await worker.drain(timeout=0.2)  # drain cannot end with a release failing
         # The operator's handoffTimeout: the unit goes to w-1 under a new token.
         api.publish(table(3, {"0": mine(1), "1": theirs(3)}))
@@ -222,7 +226,8 @@ async def test_a_release_that_always_raises_is_never_acknowledged_and_stops_when
         tries = callbacks.releases()
         await asyncio.sleep(0.2)  # several retry periods
         assert callbacks.releases() == tries  # retries stopped with the revoke
-        assert worker.token("1") is None and counters(worker)[1] == 0
+        assert worker.token("1") is None
+        assert counters(worker)[1] == 0
     finally:
         await worker.close()
     assert not any(released_in(ack, "1", range(2, 3)) for ack in api.acks)
@@ -236,7 +241,8 @@ async def test_a_hanging_release_is_never_acknowledged_nor_blocks_other_units() 
     # Another unit granted meanwhile is acquired and served while the release hangs.
     api.publish(table(3, {"0": mine(1), "1": leaving(1, 2), "2": mine(3)}))
     await worker.wait_for(lambda: worker.owns("2"), 5)
-    assert not worker.owns("1") and worker.token("1") == 1
+    assert not worker.owns("1")
+    assert worker.token("1") == 1
     await worker.close()  # cancels the hung callback after CLOSE_WAIT, acknowledges nothing
     assert not any(released_in(ack, "1", range(2, 4)) for ack in api.acks)
     assert not any(ack.failing for ack in api.acks)  # hanging is not failing: no error yet

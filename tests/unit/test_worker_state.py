@@ -61,13 +61,17 @@ def test_first_table_acquires_granted_units_and_serves_them_once_acquired() -> N
     step = s.next_transition()
     assert step is not None
     assert (step.acquire, step.release, step.stop) == ({"0"}, set(), set())
-    assert step.tokens == {"0": 1} and step.epoch == 1
+    assert step.tokens == {"0": 1}
+    assert step.epoch == 1
     # Not served while on_acquire runs, and not planned twice.
-    assert not s.owns("0") and s.my_units() == set()
+    assert not s.owns("0")
+    assert s.my_units() == set()
     assert s.next_transition() is None
     s.acquired(step.acquire)
-    assert s.my_units() == {"0"} and s.token("0") == 1
-    assert not s.owns("1") and s.token("1") is None
+    assert s.my_units() == {"0"}
+    assert s.token("0") == 1
+    assert not s.owns("1")
+    assert s.token("1") is None
     assert s.ack_due() is None  # nothing to acknowledge: no Pod write
 
 
@@ -78,7 +82,10 @@ def test_release_fences_at_once_and_acks_only_after_the_callback() -> None:
     # The newest view decides at once: no new work for unit 1 even before the callback runs.
     assert s.my_units() == {"0"}
     step = s.next_transition()
-    assert step is not None and step.release == {"1"} and not step.acquire and not step.stop
+    assert step is not None
+    assert step.release == {"1"}
+    assert not step.acquire
+    assert not step.stop
     assert s.ack_due() is None  # still finishing unit 1: nothing released to report
     s.released(step.release)
     ack = s.ack_due()
@@ -87,7 +94,8 @@ def test_release_fences_at_once_and_acks_only_after_the_callback() -> None:
     assert s.ack_due() is None
     # The hand-off completes: unit 1 is w-1's under epoch 3; nothing left to do or write.
     s.receive(table(3, {"0": owned("w-0", 1), "1": owned("w-1", 3)}))
-    assert s.next_transition() is None and s.ack_due() is None
+    assert s.next_transition() is None
+    assert s.ack_due() is None
     assert s.my_units() == {"0"}
 
 
@@ -96,15 +104,19 @@ def test_ack_lists_units_still_finishing_as_pending() -> None:
     start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
     s.receive(table(2, {"0": releasing("w-0", 1, "w-1", 2), "1": releasing("w-0", 1, "w-1", 2)}))
     step = s.next_transition()
-    assert step is not None and step.release == {"0", "1"}
+    assert step is not None
+    assert step.release == {"0", "1"}
     s.released({"0"})  # one callback's worth; "1" still held
     # Callbacks get units in groups, but the rule is per unit: report what is done.
     ack = s.ack_due()
-    assert ack is not None and ack.pending == {"1"} and ack.epoch == 2
+    assert ack is not None
+    assert ack.pending == {"1"}
+    assert ack.epoch == 2
     s.ack_written(ack)
     s.released({"1"})
     later = s.ack_due()
-    assert later is not None and later.pending == frozenset()
+    assert later is not None
+    assert later.pending == frozenset()
 
 
 def test_units_granted_to_another_incarnation_of_this_pod_are_not_served() -> None:
@@ -116,7 +128,9 @@ def test_units_granted_to_another_incarnation_of_this_pod_are_not_served() -> No
     # The operator catches up with the new uid: now the unit is acquired.
     s.receive(table(2, {"0": owned("w-0", 2)}))
     step = s.next_transition()
-    assert step is not None and step.acquire == {"0"} and step.tokens == {"0": 2}
+    assert step is not None
+    assert step.acquire == {"0"}
+    assert step.tokens == {"0": 2}
 
 
 def test_a_unit_taken_away_without_hand_off_is_stopped_and_regranted_under_a_new_token() -> None:
@@ -127,11 +141,14 @@ def test_a_unit_taken_away_without_hand_off_is_stopped_and_regranted_under_a_new
     assert s.my_units() == set()  # neither token matches the view any more
     step = s.next_transition()
     assert step is not None
-    assert step.stop == {"0", "1"} and step.acquire == {"0"} and step.tokens == {"0": 4}
+    assert step.stop == {"0", "1"}
+    assert step.acquire == {"0"}
+    assert step.tokens == {"0": 4}
     assert s.ack_due() is None  # a stop is not acknowledged
     s.stopped(step.stop)
     s.acquired(step.acquire)
-    assert s.my_units() == {"0"} and s.token("0") == 4
+    assert s.my_units() == {"0"}
+    assert s.token("0") == 4
 
 
 def test_older_and_equal_epochs_are_ignored_a_recreated_set_starts_over() -> None:
@@ -145,7 +162,9 @@ def test_older_and_equal_epochs_are_ignored_a_recreated_set_starts_over() -> Non
     assert s.receive(table(3, {"0": owned("w-0", 3)}, ref=recreated))
     assert s.my_units() == set()
     step = s.next_transition()
-    assert step is not None and step.stop == {"0"} and step.acquire == {"0"}
+    assert step is not None
+    assert step.stop == {"0"}
+    assert step.acquire == {"0"}
 
 
 def test_a_table_of_another_set_is_refused() -> None:
@@ -160,14 +179,17 @@ def test_a_busy_unit_is_not_planned_again_and_a_cancelled_release_is_reacquired(
     start(s, table(1, {"0": owned("w-0", 1)}))
     s.receive(table(2, {"0": releasing("w-0", 1, "w-1", 2)}))
     step = s.next_transition()
-    assert step is not None and step.release == {"0"}
+    assert step is not None
+    assert step.release == {"0"}
     # The hand-off is cancelled while on_release still runs: no second callback meanwhile.
     s.receive(table(3, {"0": owned("w-0", 1)}))
     assert s.next_transition() is None
     assert not s.owns("0")  # still being released
     s.released(step.release)
     again = s.next_transition()
-    assert again is not None and again.acquire == {"0"} and again.tokens == {"0": 1}
+    assert again is not None
+    assert again.acquire == {"0"}
+    assert again.tokens == {"0": 1}
 
 
 def test_a_failed_release_stays_pending_says_why_and_is_acked_only_once_it_succeeds() -> None:
@@ -175,19 +197,26 @@ def test_a_failed_release_stays_pending_says_why_and_is_acked_only_once_it_succe
     start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
     s.receive(table(2, {"0": owned("w-0", 1), "1": releasing("w-0", 1, "w-1", 2)}))
     step = s.next_transition()
-    assert step is not None and step.release == {"1"}
+    assert step is not None
+    assert step.release == {"1"}
     s.release_failed(step.release, "OSError: " + "x" * 500)
     # Held, busy (the worker retries it), never served, pending with its message.
-    assert s.token("1") == 1 and not s.owns("1") and s.next_transition() is None
+    assert s.token("1") == 1
+    assert not s.owns("1")
+    assert s.next_transition() is None
     ack = s.ack_due()
-    assert ack is not None and ack.pending == {"1"} and ack.failing["1"].startswith("OSError")
+    assert ack is not None
+    assert ack.pending == {"1"}
+    assert ack.failing["1"].startswith("OSError")
     assert len(ack.failing["1"]) == 200  # FAILING_MESSAGE_LIMIT
     s.ack_written(ack)
     s.release_failed({"1"}, "OSError: another message")
     assert s.ack_due() is None  # a new message alone is no news: no Pod write per retry
-    assert s.retry_wanted({"1"}) == {"1"} and not s.drained()
+    assert s.retry_wanted({"1"}) == {"1"}
+    assert not s.drained()
     s.released({"1"})
-    assert s.ack_due() == Ack("uid-0", 2) and s.failing == {}
+    assert s.ack_due() == Ack("uid-0", 2)
+    assert s.failing == {}
 
 
 def test_a_failing_release_is_given_up_when_the_unit_is_taken_away() -> None:
@@ -199,14 +228,17 @@ def test_a_failing_release_is_given_up_when_the_unit_is_taken_away() -> None:
     s.release_failed(step.release, "boom")
     # Cancelled (given back under the same token): still to be finished, then acquired afresh.
     s.receive(table(3, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
-    assert s.retry_wanted({"1"}) == {"1"} and not s.owns("1")
+    assert s.retry_wanted({"1"}) == {"1"}
+    assert not s.owns("1")
     assert s.ack_due() is None  # nothing releasing any more: nothing to report
     # handoffTimeout: w-1 owns it under a new token. The retries stop; the unit is stopped.
     s.receive(table(4, {"0": owned("w-0", 1), "1": owned("w-1", 4)}))
     assert s.retry_wanted({"1"}) == frozenset()
     s.release_abandoned({"1"})
     stop = s.next_transition()
-    assert stop is not None and stop.stop == {"1"} and s.failing == {}
+    assert stop is not None
+    assert stop.stop == {"1"}
+    assert s.failing == {}
     s.stopped(stop.stop)
     assert s.token("1") is None
 
@@ -231,7 +263,8 @@ def test_a_failed_acquire_is_not_served_and_is_retried() -> None:
     s.acquired(step.acquire, ok=False)
     assert not s.owns("0")
     retry = s.next_transition()
-    assert retry is not None and retry.acquire == {"0"}
+    assert retry is not None
+    assert retry.acquire == {"0"}
 
 
 def test_a_release_of_a_unit_this_process_never_held_is_acknowledged_at_once() -> None:
@@ -239,7 +272,9 @@ def test_a_release_of_a_unit_this_process_never_held_is_acknowledged_at_once() -
     s = state()
     s.receive(table(4, {"0": releasing("w-0", 2, "w-1", 4), "1": owned("w-0", 2)}))
     step = s.next_transition()
-    assert step is not None and step.acquire == {"1"} and not step.release
+    assert step is not None
+    assert step.acquire == {"1"}
+    assert not step.release
     ack = s.ack_due()
     assert ack == Ack(uid="uid-0", epoch=4, pending=frozenset(), draining=False)
 
@@ -251,26 +286,34 @@ def test_draining_marks_the_ack_keeps_serving_and_ends_when_everything_moved() -
     ack = s.ack_due()
     assert ack == Ack(uid="uid-0", epoch=1, pending=frozenset(), draining=True)
     s.ack_written(ack)
-    assert s.ack_due() is None and not s.drained()
+    assert s.ack_due() is None
+    assert not s.drained()
     assert s.my_units() == {"0"}  # served until the operator moves it away
     # A table written before the operator saw the mark grants unit 2: served meanwhile too.
     s.receive(
         table(2, {"0": releasing("w-0", 1, "w-1", 2), "1": owned("w-1", 1), "2": owned("w-0", 2)})
     )
     step = s.next_transition()
-    assert step is not None and step.release == {"0"} and step.acquire == {"2"}
+    assert step is not None
+    assert step.release == {"0"}
+    assert step.acquire == {"2"}
     s.released(step.release)
     s.acquired(step.acquire)
     ack = s.ack_due()
-    assert ack is not None and ack.draining and ack.epoch == 2 and not ack.pending
+    assert ack is not None
+    assert ack.draining
+    assert ack.epoch == 2
+    assert not ack.pending
     s.ack_written(ack)
     assert not s.drained()  # unit 2 is still ours
     s.receive(
         table(3, {"0": owned("w-1", 3), "1": owned("w-1", 1), "2": releasing("w-0", 2, "w-1", 3)})
     )
     step = s.next_transition()
-    assert step is not None and step.release == {"2"}
-    assert s.ack_due() is None and not s.drained()  # still finishing unit 2
+    assert step is not None
+    assert step.release == {"2"}
+    assert s.ack_due() is None
+    assert not s.drained()
     s.released(step.release)
     ack = s.ack_due()
     assert ack == Ack(uid="uid-0", epoch=3, pending=frozenset(), draining=True)
@@ -297,7 +340,8 @@ def test_drop_all_gives_up_everything_held() -> None:
     s = state()
     start(s, table(1, {"0": owned("w-0", 1), "1": owned("w-0", 1)}))
     assert s.drop_all() == {"0", "1"}
-    assert s.my_units() == set() and not s.held
+    assert s.my_units() == set()
+    assert not s.held
     assert not s.drained()  # the view still grants them: exit means the pod's deletion fences
 
 
@@ -359,8 +403,10 @@ def test_fencing_and_acks_hold_over_any_history(
         if ack is not None:
             # An ack never reports a unit released while this process still holds it.
             assert not (releasing_units(view, ME) - ack.pending) & s.held.keys()
-            assert ack.failing.keys() <= ack.pending and ack.failing.keys() <= s.failing.keys()
-            assert ack.uid == ME.uid and ack.epoch == view.epoch
+            assert ack.failing.keys() <= ack.pending
+            assert ack.failing.keys() <= s.failing.keys()
+            assert ack.uid == ME.uid
+            assert ack.epoch == view.epoch
             s.ack_written(ack)
 
 
@@ -394,14 +440,18 @@ def test_a_split_carries_held_units_into_children_and_acquires_nothing() -> None
     )
     assert s.receive(split)
     step = s.next_transition()
-    assert step is not None and step.resharding is not None and not step.acquire
+    assert step is not None
+    assert step.resharding is not None
+    assert not step.acquire
     assert step.stop == frozenset()
     ((parent, children),) = step.resharding.splits().items()
     assert (parent.unit, parent.lo, parent.hi) == ("0", *hash_range(0, 2))
     assert [c.unit for c in children] == ["0", "1"]
-    assert children[0].lo == parent.lo and children[-1].hi == parent.hi
+    assert children[0].lo == parent.lo
+    assert children[-1].hi == parent.hi
     s.resharded(step.resharding.carried)
-    assert s.next_transition() is None and s.my_units() == {"0", "1"}
+    assert s.next_transition() is None
+    assert s.my_units() == {"0", "1"}
 
 
 def test_a_failed_split_callback_falls_back_to_acquiring_afresh() -> None:
@@ -422,10 +472,12 @@ def test_a_failed_split_callback_falls_back_to_acquiring_afresh() -> None:
         )
     )
     step = s.next_transition()
-    assert step is not None and step.resharding is not None
+    assert step is not None
+    assert step.resharding is not None
     s.resharded(step.resharding.carried, ok=False)
     again = s.next_transition()
-    assert again is not None and again.acquire == {"0", "1"}
+    assert again is not None
+    assert again.acquire == {"0", "1"}
 
 
 def test_a_merged_unit_already_releasing_is_carried_then_released_before_any_ack() -> None:
@@ -444,7 +496,8 @@ def test_a_merged_unit_already_releasing_is_carried_then_released_before_any_ack
     start(s, of_four(3, "w-1"))
     assert s.receive(of_four(4, "w-0"))
     acquiring = s.next_transition()
-    assert acquiring is not None and acquiring.acquire == {"3"}
+    assert acquiring is not None
+    assert acquiring.acquire == {"3"}
     lineage = Lineage(4, 2, 5, (2, 2, 3, 4))
     for epoch, one in ((5, owned("w-0", 5)), (6, releasing("w-0", 5, "w-1", 6))):
         units = {"0": owned("w-1", 5), "1": one}
@@ -454,11 +507,14 @@ def test_a_merged_unit_already_releasing_is_carried_then_released_before_any_ack
     assert s.ack_due() is None  # "1" is not released: its state is still in "2" and "3" of 4
     s.acquired(acquiring.acquire)
     merge = s.next_transition()
-    assert merge is not None and merge.resharding is not None and not merge.stop
+    assert merge is not None
+    assert merge.resharding is not None
+    assert not merge.stop
     assert merge.resharding.carried == {"1": ("2", "3")}
     s.resharded(merge.resharding.carried)
     release = s.next_transition()
-    assert release is not None and release.release == {"1"}
+    assert release is not None
+    assert release.release == {"1"}
     assert s.ack_due() is None  # still finishing: nothing to say yet
     s.released(release.release)
     assert s.ack_due() == Ack(uid=ME.uid, epoch=6, pending=frozenset(), draining=False)

@@ -145,4 +145,5 @@ async def test_an_invalid_table_is_skipped_and_the_next_one_taken() -> None:
         seen, watch = await follow(
             server, client, until=4, during=lambda: publish(server, table(4))
         )
-        assert seen == [4] and watch.relists == 0
+        assert seen == [4]
+        assert watch.relists == 0

@@ -329,7 +329,8 @@ class Worker:
                 logger.warning("reading own Pod failed (%s); retrying", error)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
-        assert pod.metadata is not None and pod.metadata.uid is not None
+        assert pod.metadata is not None
+        assert pod.metadata.uid is not None
         self.uid = pod.metadata.uid
         grace = pod.spec.terminationGracePeriodSeconds if pod.spec else None
         self.grace_period = DEFAULT_GRACE if grace is None else float(grace)

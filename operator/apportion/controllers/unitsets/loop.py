@@ -318,7 +318,9 @@ class SetLoop:
 
     async def publish(self, result: PassResult, now: float) -> None:
         table = result.new_table
-        assert table is not None and result.decision is not None and self.published is not None
+        assert table is not None
+        assert result.decision is not None
+        assert self.published is not None
         releases = self.published.releasing()
         await self.write_table(table)
         self.outcome = "published"
