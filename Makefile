@@ -52,8 +52,8 @@ kafka-jars:
 demo: controlplane
 	$(BIN)/apportion demo
 
-# The gates (setup, lint, postgres-deps), then three streams side by side: the Go builds and the
-# real-node tier; the Java build and the unit tier; the simulator's e2e tier in two pytest-xdist
+# The gates (setup, lint, postgres-deps), then four streams side by side: the Go builds and the
+# real-node tier; the image; the Java build and the unit tier; the simulator's e2e tier in two pytest-xdist
 # workers once its builds are done (scripts/run_tests.py). Ends with how long each step took;
 # each tier's log and slowest tests are in .test-results/.
 test:
