@@ -39,6 +39,18 @@ from apportion.listwatch import EventType, ListWatch, list_objects
 F = TypeVar("F")
 
 
+def watched_namespaces(scope: Sequence[str]) -> list[str | None]:
+    """What to watch for the operator's `scope`: each namespace of an exact list, else every
+    namespace (None), filtered by `in_scope`."""
+    exact = scope and not any(ch in ns for ns in scope for ch in "*?[!")
+    return list(scope) if exact else [None]
+
+
+def in_scope(namespace: str, scope: Sequence[str]) -> bool:
+    """Whether the operator serves `namespace` (no scope: every one; patterns allowed)."""
+    return not scope or any(fnmatch.fnmatch(namespace, p) for p in scope)
+
+
 @dataclass(frozen=True)
 class Want:
     """What one set reads of a namespace: objects matching every selector (no selectors:
@@ -356,8 +368,7 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
     async def start(self) -> None:
         """Start the watches (once) and wait until each has listed its scope once."""
         if not self._tasks:
-            exact = self.scope and not any(ch in ns for ns in self.scope for ch in "*?[!")
-            scopes: Sequence[str | None] = list(self.scope) if exact else [None]
+            scopes = watched_namespaces(self.scope)
             self._watches = [self._follow(scope) for scope in scopes]
             self._tasks = [
                 asyncio.create_task(watch.run(), name=f"watch {self.what}")
@@ -372,16 +383,13 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
         """Full lists after the first ones: each followed a 410 Gone."""
         return sum(watch.relists for watch in self._watches)
 
-    def _in_scope(self, namespace: str) -> bool:
-        return not self.scope or any(fnmatch.fnmatch(namespace, p) for p in self.scope)
-
     def _follow(self, namespace: str | None) -> ListWatch[_Seen]:
         """The watch of one namespace of the scope (None: of every namespace, filtered here)."""
 
         async def replace(items: AsyncIterator[_Seen]) -> None:
             listed = set()
             async for seen in items:
-                if self._in_scope(seen.namespace):
+                if in_scope(seen.namespace, self.scope):
                     listed.add(seen.uid)
                     self._apply("ADDED", seen)
             self._drop_unlisted(namespace, listed)

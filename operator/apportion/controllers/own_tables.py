@@ -7,7 +7,6 @@ namespace filtered by the scope's patterns, as the pod cache does."""
 from __future__ import annotations
 
 import asyncio
-import fnmatch
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -17,6 +16,7 @@ from lightkube.operators import exists
 from lightkube.resources.core_v1 import ConfigMap
 
 from apportion.controllers import telemetry
+from apportion.controllers.caches import in_scope, watched_namespaces
 from apportion.controllers.wakeups import loop_key
 from apportion.listwatch import EventType, ListWatch, Selection
 from apportion.publishing.configmaps import PART_LABEL, SET_KIND_LABEL
@@ -105,18 +105,13 @@ def follow(
     tables: OwnTables, client: AsyncClient, scope: Sequence[str]
 ) -> list[ListWatch[TableSeen]]:
     """The watches that keep `tables` current: run each (`ListWatch.run`) while leading."""
-    exact = scope and not any(ch in ns for ns in scope for ch in "*?[!")
-    namespaces: Sequence[str | None] = list(scope) if exact else [None]
-
-    def in_scope(namespace: str) -> bool:
-        return not scope or any(fnmatch.fnmatch(namespace, p) for p in scope)
 
     def one(namespace: str | None) -> ListWatch[TableSeen]:
         async def replace(items: AsyncIterator[TableSeen]) -> None:
-            tables.listed(namespace, [t async for t in items if in_scope(t.namespace)])
+            tables.listed(namespace, [t async for t in items if in_scope(t.namespace, scope)])
 
         async def changed(event: EventType, table: TableSeen) -> None:
-            if in_scope(table.namespace):
+            if in_scope(table.namespace, scope):
                 tables.seen(event, table)
 
         def restarted(reason: str) -> None:
@@ -133,7 +128,7 @@ def follow(
             on_restart=restarted,
         )
 
-    return [one(namespace) for namespace in namespaces]
+    return [one(namespace) for namespace in watched_namespaces(scope)]
 
 
 async def run(watches: Sequence[ListWatch[TableSeen]]) -> None:
