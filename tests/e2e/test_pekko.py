@@ -104,6 +104,18 @@ def test_pekko_follows_the_shardset_while_scaling(
 
     wait_for(lambda: ready(f"{STS}-0") and ready(f"{STS}-1"), 90, "pk-0 and pk-1 never Ready")
 
+    def pod_states() -> dict[str, str]:
+        """Each of the set's pods: its phase, and Ready or not, for a failure to tell which
+        side was slow (a JVM still starting, or the table not following)."""
+        found = json.loads(
+            kubectl("get", "pods", "-n", namespace, "-l", f"app={STS}", "-o", "json").stdout
+        )
+        return {
+            p["metadata"]["name"]: p["status"].get("phase", "?")
+            + ("/Ready" if ready(p["metadata"]["name"]) else "")
+            for p in found["items"]
+        }
+
     def fronts() -> list[str]:
         """pk-0 and pk-1, which every step keeps (messages enter the cluster there), when
         Ready: a rolling restart replaces them too."""
@@ -145,8 +157,12 @@ def test_pekko_follows_the_shardset_while_scaling(
             step = f"{step.split('→')[-1]}→{replicas}"
             kubectl("scale", "-n", namespace, "statefulset", STS, f"--replicas={replicas}")
             start = time.monotonic()
+        # Two JVMs start at once on a scale-out: on a loaded 2-core machine that alone can take
+        # a minute or more, hence the budget.
         final = wait_for(
-            lambda r=replicas: agreed(r), 120, f"Pekko agreeing on {replicas} pods; last: {last}"
+            lambda r=replicas: agreed(r),
+            240,
+            lambda r=replicas: f"Pekko agreeing on {r} pods; last: {last}; pods: {pod_states()}",
         )
         convergence[step] = round(time.monotonic() - start, 1)
         assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // replicas)
@@ -156,7 +172,9 @@ def test_pekko_follows_the_shardset_while_scaling(
     kubectl("rollout", "restart", "-n", namespace, "statefulset", STS)
     start = time.monotonic()
     final = wait_for(
-        lambda: agreed(2, before), 240, f"Pekko agreeing after the rolling restart; last: {last}"
+        lambda: agreed(2, before),
+        240,
+        lambda: f"Pekko agreeing after the rolling restart; last: {last}; pods: {pod_states()}",
     )
     convergence["rolling restart"] = round(time.monotonic() - start, 1)
     assert sorted(len(units) for units in final.values())[-1] == -(-SHARDS // 2)

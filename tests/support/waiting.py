@@ -13,15 +13,19 @@ T = TypeVar("T")
 
 
 def wait_for(
-    condition: Callable[[], T | None], timeout: float = 60.0, message: str = "condition not met"
+    condition: Callable[[], T | None],
+    timeout: float = 60.0,
+    message: str | Callable[[], str] = "condition not met",
 ) -> T:
     """Poll `condition()` every 0.2 s and return its first truthy value, or fail the test with
-    `message` after `timeout` seconds."""
+    `message` after `timeout` seconds. A callable `message` is called then, so that it tells
+    the state at the deadline rather than the state when the wait began."""
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"after {timeout:.0f}s: {message}")
+            told = message() if callable(message) else message
+            pytest.fail(f"after {timeout:.0f}s: {told}")
         time.sleep(0.2)
