@@ -15,8 +15,8 @@ import pytest
 from apportion.controllers import runtime as runtime_module
 from apportion.controllers.runtime import PassLimiter, backoff, run_loop
 from apportion.controllers.wakeups import Wakeups
+from apportion.publishing.client import ObjectGone
 from apportion.publishing.configmaps import PublishConflict
-from apportion.publishing.status import ObjectGone
 
 KEY = "ShardSet/ns/s"
 

@@ -50,11 +50,10 @@ from apportion.controllers.load_collector import LoadCollector
 from apportion.controllers.pods import pod_cache
 from apportion.controllers.wakeups import Wakeups, loop_key
 from apportion.controllers.workloads import WorkloadCaches, workload_caches
-from apportion.publishing.client import operator_client
+from apportion.publishing.client import ObjectGone, operator_client
 from apportion.publishing.configmaps import PublishConflict
 from apportion.publishing.deletion_costs import DeletionCosts
 from apportion.publishing.events import EventRecorder
-from apportion.publishing.status import ObjectGone
 
 RESYNC_SECONDS = 300.0
 """A full pass at least this often, whatever the wake-ups say."""

@@ -4,13 +4,33 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from lightkube import AsyncClient
+from lightkube import ApiError, AsyncClient
 from lightkube.core.dictmixin import DictMixin
 
 Resource = TypeVar("Resource", bound=DictMixin)
 
 FIELD_MANAGER = "apportion-operator"
 """Field manager of every operator write (workers write under their own)."""
+
+
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+"""The cause the API server's NamespaceLifecycle admission gives when it refuses to create
+anything in a namespace being deleted."""
+
+
+class ObjectGone(Exception):
+    """The object a write was for no longer exists: deleted, or its namespace is, and the watch
+    has not said so yet. Its loop ends when the deletion arrives; nothing failed."""
+
+
+def going_away(error: ApiError) -> bool:
+    """Whether a write failed because its object is gone (404) or because its namespace is
+    being deleted (403 NamespaceTerminating) rather than for lack of a permission."""
+    status = error.status
+    if status.code == 404:
+        return True
+    causes = (status.details.causes if status.details else None) or []
+    return status.code == 403 and any(c.reason == NAMESPACE_TERMINATING for c in causes)
 
 
 def operator_client() -> AsyncClient:

@@ -30,7 +30,7 @@ from apportion.api.assignment import (
     decode_assignment,
     encode_assignment,
 )
-from apportion.publishing.client import decode
+from apportion.publishing.client import ObjectGone, decode, going_away
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,10 @@ async def write_conditionally(client: AsyncClient, body: ConfigMap, version: str
             metadata.resourceVersion = version
             written = await client.replace(body)
     except ApiError as error:
+        if error.status.code == 403 and going_away(error):
+            raise ObjectGone(
+                f"ConfigMap {metadata.name} cannot be written: its namespace is being deleted"
+            ) from error
         if error.status.code in (404, 409):
             raise PublishConflict(
                 f"ConfigMap {metadata.name} changed since it was read ({error.status.reason})"

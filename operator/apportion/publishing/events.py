@@ -21,7 +21,7 @@ from lightkube.resources.events_v1 import Event
 
 from apportion import API_VERSION
 from apportion.api.assignment import ResourceRef
-from apportion.publishing.client import decode
+from apportion.publishing.client import decode, going_away
 
 logger = logging.getLogger(__name__)
 
@@ -77,8 +77,14 @@ class EventRecorder:
             try:
                 await self.client.create(self._body(event))
             except (ApiError, OSError) as error:
-                logger.warning(
-                    "Could not post Event %s for %s: %s", event.reason, event.set_ref.name, error
+                # Nobody reads the Events of a namespace being deleted: not worth a warning.
+                quiet = isinstance(error, ApiError) and going_away(error)
+                logger.log(
+                    logging.DEBUG if quiet else logging.WARNING,
+                    "Could not post Event %s for %s: %s",
+                    event.reason,
+                    event.set_ref.name,
+                    error,
                 )
             except Exception:  # a malformed Event must not kill the poster
                 logger.exception("Could not post Event %s", event.reason)

@@ -11,17 +11,13 @@ from lightkube.types import PatchType
 
 from apportion import GROUP, VERSION
 from apportion.api import GrainType, PartitionSet, ShardSet
+from apportion.publishing.client import ObjectGone, going_away
 
 SET_RESOURCES = {
     kind.__name__: create_namespaced_resource(GROUP, VERSION, kind.__name__, kind.crd.plural)
     for kind in (PartitionSet, ShardSet, GrainType)
 }
 """lightkube classes of our kinds, by kind."""
-
-
-class ObjectGone(Exception):
-    """The object whose status was written no longer exists: deleted, or its namespace is, and
-    the watch has not said so yet. Its loop ends when the deletion arrives; nothing failed."""
 
 
 async def patch_status(
@@ -37,6 +33,6 @@ async def patch_status(
             patch_type=PatchType.MERGE,
         )
     except ApiError as error:
-        if error.status.code == 404:
+        if going_away(error):
             raise ObjectGone(f"{kind} {namespace}/{name} is gone") from error
         raise
