@@ -243,6 +243,31 @@ def test_a_terminating_statefulset_pod_releases_to_nobody_and_its_next_incarnati
     assert written(third).member_uids["w-3"] == "uid-w-3-new"
 
 
+def test_a_ready_new_incarnation_gets_its_units_back_and_nothing_else_moves() -> None:
+    """The units held for it count as its own when the round plans: had the strategy seen it
+    empty, it would send it a sibling's unit too, and the next round would take that back
+    (seen end to end: unit 5 went rip-2 → rip-0 → rip-2 under two new tokens)."""
+    s = spec()
+    table = balanced(s)
+    mine = units_of(table, "w-3")
+    leaving = WorkerPod("w-3", "uid-w-3", terminating=True)
+    first = run(s, table, with_pod(workers(), leaving), T0 + 1)
+    ack = Ack(uid="uid-w-3", epoch=written(first).epoch, draining=True).to_annotation()
+    acked = replace(leaving, acks={table.set_ref.ack_annotation: ack})
+    second = run(
+        s, written(first), with_pod(workers(), acked), T0 + 2, restart_holds=first.restart_holds
+    )
+    parked = written(second)
+    back = with_pod(workers(), WorkerPod("w-3", "uid-w-3-new"))
+    third = run(s, parked, back, T0 + 4, restart_holds=second.restart_holds)
+    returned = written(third)
+    assert units_of(returned, "w-3") == mine
+    assert not returned.releasing(), returned.releasing()
+    assert {u: st_.owner for u, st_ in returned.units.items() if u not in mine} == {
+        u: st_.owner for u, st_ in table.units.items() if u not in mine
+    }
+
+
 def test_a_parked_release_that_outlasts_the_grace_goes_to_the_siblings() -> None:
     s = spec()
     table = balanced(s)

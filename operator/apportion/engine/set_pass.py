@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeGuard
 
@@ -235,15 +235,21 @@ def allocation_request(
     owners: Mapping[str, str],
     moving: frozenset[str],
     loads: Mapping[str, float] | None,
-    held: Collection[str] = (),
+    held: Mapping[str, str | None] | None = None,
 ) -> AllocationRequest:
-    """The strategy's request: every unit but the `held` ones (which wait for a restarting
-    member), each member's units oldest first (strategies shed the most recently placed ones,
-    which have settled the least)."""
-    units = [u for u in published.unit_names if u not in held] if held else published.unit_names
+    """The strategy's request: each member's units oldest first (strategies shed the most
+    recently placed ones, which have settled the least). A `held` unit (unit → the restarting
+    member it waits for, None while that one is away) is no strategy's to move: it counts, as
+    a unit in hand-off does, for the member it waits for once that one is back and ready, so
+    the round does not fill a returning member as if it were empty; until then it is left
+    out."""
+    held = held or {}
+    taking = {m.name for m in members if m.ready and not m.draining}
+    back = {u: m for u, m in held.items() if m in taking}
+    units = [u for u in published.unit_names if u not in held or u in back]
     by_member: dict[str, list[str]] = {m.name: [] for m in members}
     for unit in units:
-        owner = owners.get(unit)
+        owner = back.get(unit) or owners.get(unit)
         if owner is not None:
             by_member[owner].append(unit)
     epochs = {unit: state.epoch for unit, state in published.units.items()}
@@ -255,7 +261,7 @@ def allocation_request(
         members=members,
         assignment=assignment,
         loads=loads,
-        in_progress=moving.difference(held),
+        in_progress=moving.difference(held).union(back),
     )
 
 
@@ -400,7 +406,7 @@ def plan_pass(inp: PassInput) -> PassResult:
     holds, waiting_for = _restart_holds(inp)
     # Held units are no strategy's to place: they wait for their member alone.
     request = allocation_request(
-        inp.published, members, owners, moving, inp.loads, held=waiting_for.keys()
+        inp.published, members, owners, moving, inp.loads, held=waiting_for
     )
     # The strategy plans a full round (so the status can say what waits); the pass then keeps
     # its optional moves only when a round may run now.
