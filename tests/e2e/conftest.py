@@ -26,7 +26,10 @@ Fixtures
                (tests/conftest.py helm_binary) with a private HOME, config, cache and data.
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
                tests.support.unitset.Operator); the test fails if it crashed or did not stop
-               cleanly.
+               cleanly. In a module marked `shares_operator` (its tests never stop, restart or
+               reconfigure the operator, nor read its log or metrics), one operator per session
+               serves every such test's namespace (`shared-*`); a test fails if that operator
+               exited or logged a traceback while it ran.
 
 Every test under tests/e2e is marked `e2e`, or `realnode` when it runs on the real node (tests/
 conftest.py; select or deselect with `-m e2e`, `-m "not realnode"`).
@@ -54,6 +57,8 @@ from tests.support.waiting import wait_for
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
+# The namespaces of `shares_operator` modules' tests, which the shared operator serves.
+SHARED_PREFIX = "shared-"
 
 
 @pytest.fixture(scope="session")
@@ -89,10 +94,15 @@ def wait_for_fixture() -> Callable[..., Any]:
     return wait_for
 
 
+def shares_operator(request: pytest.FixtureRequest) -> bool:
+    return request.node.get_closest_marker("shares_operator") is not None
+
+
 @pytest.fixture
 def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
-    name = f"{slug}-{secrets.token_hex(3)}"
+    prefix = SHARED_PREFIX if shares_operator(request) else ""
+    name = f"{prefix}{slug}-{secrets.token_hex(3)}"
     dev_cluster.kubectl("create", "namespace", name)
     account = f"{dev_cluster.server}/api/v1/namespaces/{name}/serviceaccounts/default"
     wait_for(
@@ -125,10 +135,37 @@ def crds(dev_cluster: DevCluster) -> None:
     )
 
 
+@pytest.fixture(scope="session")
+def shared_operator(
+    dev_cluster: DevCluster, crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Operator]:
+    """One operator for every test of the modules marked `shares_operator`: it serves the
+    namespaces their `namespace` fixture names (a kopf glob), so those tests do not each pay
+    for an operator's start and stop."""
+    log = tmp_path_factory.mktemp("shared-operator") / "operator.log"
+    process = Operator(dev_cluster, f"{SHARED_PREFIX}*", log)
+    yield process
+    assert process.stop() == 0, process.text()
+
+
 @pytest.fixture
 def operator(
-    dev_cluster: DevCluster, crds: None, namespace: str, tmp_path: Path
+    dev_cluster: DevCluster,
+    crds: None,
+    namespace: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> Iterator[Operator]:
+    """The test's operator: its own process, or in a `shares_operator` module the shared one,
+    judged on what it logged during this test."""
+    if shares_operator(request):
+        shared: Operator = request.getfixturevalue("shared_operator")
+        start = len(shared.text())
+        yield shared
+        during = shared.text()[start:]
+        assert shared.process.poll() is None, f"the shared operator exited: {during}"
+        assert "Traceback" not in during, during
+        return
     process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
     yield process
     assert process.stop() == 0, process.text()

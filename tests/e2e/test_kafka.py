@@ -51,6 +51,8 @@ from tests.support.unitset import (
     workers,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 TOPIC = "orders"
 PARTITIONS = 8
 KEYS = 16

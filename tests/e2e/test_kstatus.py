@@ -18,8 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.support.kstatus import CURRENT, FAILED, IN_PROGRESS, kstatus_of
 from tests.support.unitset import API, apply, condition, get, unit_set, workers
+
+pytestmark = pytest.mark.shares_operator
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "statuses"
 RECORD = os.environ.get("APPORTION_RECORD_STATUSES") == "1"

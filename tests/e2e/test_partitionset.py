@@ -28,6 +28,8 @@ from tests.support.unitset import (
     workers,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 SET = "PartitionSet/demo"
 
 

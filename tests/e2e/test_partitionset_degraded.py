@@ -9,6 +9,8 @@ import json
 from datetime import datetime
 from typing import Any
 
+import pytest
+
 from apportion.api.assignment import Ack, AssignmentTable
 from tests.support.unitset import (
     apply,
@@ -24,6 +26,8 @@ from tests.support.unitset import (
     unit_set,
     workers,
 )
+
+pytestmark = pytest.mark.shares_operator
 
 
 def test_selector_matching_nothing_degrades_and_keeps_the_last_assignment(

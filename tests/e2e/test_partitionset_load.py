@@ -18,6 +18,8 @@ from tests.support.unitset import (
     workers,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 
 def test_reported_load_moves_units_off_the_pod_with_the_hot_unit(
     operator, namespace, kubectl, wait_for

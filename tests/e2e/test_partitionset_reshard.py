@@ -38,6 +38,8 @@ from tests.support.unitset import (
     workers,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 SET = "PartitionSet/rs"
 PODS = [f"rw-{i}" for i in range(6)]
 KEYS = [f"key-{i}" for i in range(200)]

@@ -8,6 +8,8 @@ import json
 import time
 from datetime import datetime
 
+import pytest
+
 from tests.support.unitset import (
     apply,
     condition,
@@ -21,6 +23,8 @@ from tests.support.unitset import (
     unit_set,
     workers,
 )
+
+pytestmark = pytest.mark.shares_operator
 
 
 def _seconds(stamp: str) -> float:
@@ -55,13 +59,17 @@ def test_rolling_update_holds_rebalancing_but_moves_units_of_replaced_pods(
     settled = False
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        sts = get(kubectl, namespace, "statefulset", "w")["status"]
+        found = get(kubectl, namespace, "statefulset", "w")
+        sts = found["status"]
         obj = get(kubectl, namespace, "pset", "roll")
         balanced = condition(obj, "Balanced")
         if "rollout in progress" in balanced.get("message", ""):
             held_seen.append(balanced)
+        # Until the StatefulSet controller has seen the patch, its status still describes the
+        # finished rollout of the previous revision.
         if (
-            sts.get("currentRevision") == sts.get("updateRevision")
+            sts.get("observedGeneration") == found["metadata"]["generation"]
+            and sts.get("currentRevision") == sts.get("updateRevision")
             and sts.get("updatedReplicas") == 4
             and sts.get("readyReplicas") == 4
         ):

@@ -49,6 +49,8 @@ from tests.support.unitset import (
     worker_pid,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -39,6 +39,8 @@ from tests.support.unitset import (
     workers,
 )
 
+pytestmark = pytest.mark.shares_operator
+
 SET = "rip"
 PODS = [f"{SET}-{i}" for i in range(3)]
 VICTIM = "rip-0"

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+
 from apportion.api.common import seconds
 from tests.support.unitset import (
     apply,
@@ -19,6 +21,8 @@ from tests.support.unitset import (
     unit_set,
     workers,
 )
+
+pytestmark = pytest.mark.shares_operator
 
 SET = "PartitionSet/grow"
 

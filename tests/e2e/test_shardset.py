@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from tests.support.unitset import (
     apply,
     counts,
@@ -23,6 +25,8 @@ from tests.support.unitset import (
     unit_set,
     workers,
 )
+
+pytestmark = pytest.mark.shares_operator
 
 SHARDS = 1000
 LIMIT = 20  # min(10 % of 1000, absoluteLimit 20)
