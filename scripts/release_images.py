@@ -20,6 +20,7 @@ venv in the container's /tmp, never into the image.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -132,7 +133,20 @@ def sbom(image: Image, version: str, dist: Path) -> Path:
         images.buildah("rm", container, check=False)
     if not out.is_file():
         raise DevClusterError(f"cyclonedx-py wrote no {out}")
+    document = json.loads(out.read_text())
+    document["metadata"]["component"] = subject(image, version)
+    out.write_text(json.dumps(document, indent=2) + "\n")
     return out
+
+
+def subject(image: Image, version: str) -> dict[str, str]:
+    """What the SBOM describes: the image (the tool, run over a venv, names no main component)."""
+    return {
+        "type": "container",
+        "bom-ref": image.tag(version),
+        "name": f"{REGISTRY}/{image.name}",
+        "version": version,
+    }
 
 
 def build(version: str, dist: Path, revision: str) -> list[Path]:
