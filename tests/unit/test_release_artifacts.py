@@ -235,3 +235,16 @@ def test_the_product_image_holds_no_harness_and_the_demo_image_is_the_real_nodes
         False,
     )
     assert (release_images.DEMO.extras, release_images.DEMO.devtools) == (images.EXTRAS, True)
+
+
+def test_every_place_the_tree_names_its_development_version_names_the_version_file() -> None:
+    """The release stamps these into dist/; in the tree they stay one development default, the
+    VERSION file's, so that none drifts from the others unnoticed."""
+    version = (REPO / "VERSION").read_text().strip()
+    chart = yaml.safe_load((release_chart.CHART / "Chart.yaml").read_text())
+    assert (chart["version"], chart["appVersion"]) == (version, version)
+    (image,) = yaml.safe_load((REPO / "manifests" / "kustomization.yaml").read_text())["images"]
+    assert image["newTag"] == version
+    for sample in sorted(release_chart.SAMPLES.glob("*.yaml")):
+        tags = {i.rsplit(":", 1)[1] for i in images_of(sample.read_text())}
+        assert tags == {version}, sample.name
