@@ -91,7 +91,7 @@ def package_chart(version: str, dist: Path, helm: Path) -> Path:
         versions = ("--version", version, "--app-version", version)
         run(helm, "package", str(staged), *versions, "--destination", str(out))
     tgz = out / f"{CHART.name}-{version}.tgz"
-    run(helm, "lint", str(tgz))
+    run(helm, "lint", "--strict", str(tgz))
     problems = archive_problems(tgz)
     if problems:
         raise ReleaseError(f"{tgz} is not self-contained:\n" + "\n".join(problems))

@@ -3,6 +3,7 @@ the project's image from its Dockerfile, the pod sandbox's pause image, metrics-
 where the Dockerfile's default base cannot be pulled, a local Debian base to build on.
 
 `make image` builds the project's image; the node imports every image into containerd at start.
+The release (scripts/release_images.py) builds the published images with the same code.
 """
 
 from __future__ import annotations
