@@ -115,11 +115,12 @@ def sbom(image: Image, version: str, dist: Path) -> Path:
     """`cyclonedx-py environment` over the image's venv, run in a container of the image."""
     out = image.sbom(dist, version)
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
     script = (
         "python3 -m venv /tmp/cyclonedx"
         f" && /tmp/cyclonedx/bin/pip install --quiet --disable-pip-version-check '{SBOM_TOOL}'"
         " && /tmp/cyclonedx/bin/cyclonedx-py environment --output-reproducible"
-        " --mc-type application --spec-version 1.6 --output-format JSON"
+        " --spec-version 1.6 --output-format JSON"
         f" --output-file {SBOM_MOUNT}/{out.name} /opt/apportion"
     )
     volumes = ["--volume", f"{out.parent}:{SBOM_MOUNT}"]
