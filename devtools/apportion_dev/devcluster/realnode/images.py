@@ -3,6 +3,7 @@ the project's image from its Dockerfile, the pod sandbox's pause image, metrics-
 where the Dockerfile's default base cannot be pulled, a local Debian base to build on.
 
 `make image` builds the project's image; the node imports every image into containerd at start.
+The release (scripts/release_images.py) builds the published images with the same code.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from apportion_dev.devcluster.paths import DevClusterError, module_dir
@@ -154,14 +155,25 @@ def _unmount_below(root: Path) -> None:
         subprocess.run(["umount", "-l", point], check=False)
 
 
-def build_image(progress: Progress = _say, tag: str = IMAGE, extras: str = EXTRAS) -> str:
-    """Build the project's image from its Dockerfile with the pip `extras`; layers are cached
-    between builds."""
+def build_image(
+    progress: Progress = _say,
+    tag: str = IMAGE,
+    extras: str = EXTRAS,
+    devtools: bool = True,
+    annotations: Mapping[str, str] | None = None,
+) -> str:
+    """Build the project's image from its Dockerfile with the pip `extras`, with devtools/ (the
+    harness the demo workers run from) unless told otherwise, and `annotations` both as OCI
+    manifest annotations (what a registry shows) and as labels (what `docker inspect` shows);
+    layers are cached between builds."""
     base = ensure_base(progress)
     root = source_root()
     started = time.monotonic()
     args = ["bud", "--layers", "--build-arg", f"BASE={base}", "--build-arg", f"EXTRAS={extras}"]
-    args += ["--build-arg", "DEVTOOLS=1"]  # the demo workers run from the harness
+    if devtools:
+        args += ["--build-arg", "DEVTOOLS=1"]
+    for name, value in (annotations or {}).items():
+        args += ["--annotation", f"{name}={value}", "--label", f"{name}={value}"]
     args += ["-t", tag, "-f", "Dockerfile"]
     bundle = ca_bundle()
     if bundle is not None:
