@@ -88,6 +88,7 @@ async def _operate(args: argparse.Namespace) -> None:
     import kopf
 
     from apportion.controllers import load_handlers, telemetry
+    from apportion.controllers.heap import freeze_long_lived
     from apportion.controllers.leadership import LeaderElection
     from apportion.controllers.runtime import Runtime
     from apportion.controllers.settings import build_settings
@@ -105,6 +106,7 @@ async def _operate(args: argparse.Namespace) -> None:
         leading = asyncio.ensure_future(election.run(runtime.lead))
     else:
         leading = asyncio.ensure_future(runtime.lead())
+    freezing = asyncio.ensure_future(freeze_long_lived())
     try:
         # kopf runs the watches and the handlers that feed the runtime; every replica keeps
         # its view warm, only the leader runs loops (`Runtime.lead`).
@@ -118,7 +120,8 @@ async def _operate(args: argparse.Namespace) -> None:
         )
     finally:
         leading.cancel()
-        await asyncio.gather(leading, return_exceptions=True)
+        freezing.cancel()
+        await asyncio.gather(leading, freezing, return_exceptions=True)
         await runtime.close()
 
 
