@@ -55,19 +55,20 @@ def partitionset(name: str, app: str) -> dict[str, Any]:
 @pytest.fixture
 def teams(dev_cluster: DevCluster, crds: None, helm, namespace: str) -> Iterator[list[Team]]:
     """Team a (sets in `namespace`) and team b, each an operator release of the chart in a
-    namespace of its own watching only its team's namespace; the first release brings the
-    shared objects (the policies), the second sets sharedObjects.enabled=false."""
+    namespace of its own watching only its team's namespace, rendered with
+    sharedObjects.enabled=false: the shared policies are applied from manifests/, as the other
+    tests' worker policy is, by the install that brings them."""
     kubectl = dev_cluster.kubectl
     kubectl("apply", "-f", str(REPO / "manifests" / "operator-policy.yaml"))
     made: list[Team] = []
     try:
-        for team in ("a", "b"):
-            ns = namespace if team == "a" else f"{namespace}-b"
-            system = f"{namespace}-op{team}"
+        for letter in ("a", "b"):
+            ns = namespace if letter == "a" else f"{namespace}-b"
+            system = f"{namespace}-op{letter}"
             for created in {ns, system} - {namespace}:
                 kubectl("create", "namespace", created)
             rendered = helm(
-                "template", f"team-{team}", str(CHART), "-n", system,
+                "template", f"team-{letter}", str(CHART), "-n", system,
                 "--set", f"watchedNamespaces={{{ns}}}", "--set", "sharedObjects.enabled=false",
             ).stdout  # fmt: skip
             rbac = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
@@ -75,7 +76,7 @@ def teams(dev_cluster: DevCluster, crds: None, helm, namespace: str) -> Iterator
             token = kubectl(
                 "create", "token", "apportion-operator", "-n", system, "--duration=1h"
             ).stdout.strip()
-            made.append(Team(team, ns, system, token))
+            made.append(Team(letter, ns, system, token))
         yield made
     finally:
         for team in made:
