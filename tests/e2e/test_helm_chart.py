@@ -62,8 +62,9 @@ CRDS = (
     "partitionsets.apportion.dev",
     "shardsets.apportion.dev",
 )
-# What the chart with default values leaves out of the kustomize base.
+# What the chart with default values leaves out of the kustomize base, and adds to it.
 BASE_ONLY = {("Namespace", NAMESPACE, "")}  # `helm install --create-namespace` makes it
+CHART_ONLY = {("NetworkPolicy", "apportion-operator", NAMESPACE)}  # needs values to narrow
 METRICS_ARG = "--metrics=0.0.0.0:8081"
 
 
@@ -112,7 +113,7 @@ def test_the_chart_renders_the_objects_of_the_kustomize_base(render: Render) -> 
     ).stdout
     base = by_key([doc for doc in yaml.safe_load_all(kustomized) if doc])
     chart = by_key(render())
-    assert set(chart) - set(base) == set()
+    assert set(chart) - set(base) == CHART_ONLY
     assert set(base) - set(chart) == BASE_ONLY
     for shared in set(chart) & set(base):
         # images, args, ports, probes, securityContext, resources, RBAC rules, CRD schemas
@@ -156,9 +157,105 @@ def test_the_worker_policy_can_be_turned_off(render: Render) -> None:
     """Only for clusters older than 1.30: the worker role stays, the policy goes."""
     kinds = {key(obj)[:2] for obj in render("workerPolicy.enabled=false")}
     assert ("ClusterRole", "apportion-worker") in kinds
-    assert not {kind for kind, _ in kinds if kind.startswith("ValidatingAdmissionPolicy")}
+    assert not {name for kind, name in kinds if name == "apportion-worker-writes"}
+    assert ("ValidatingAdmissionPolicy", "apportion-operator-writes") in kinds
     defaults = {key(obj)[:2] for obj in render()}
     assert ("ValidatingAdmissionPolicy", "apportion-worker-writes") in defaults
+
+
+def test_the_operator_policy_can_be_turned_off(render: Render) -> None:
+    names = {key(obj)[:2] for obj in render("operatorPolicy.enabled=false")}
+    assert ("ValidatingAdmissionPolicy", "apportion-worker-writes") in names
+    assert ("ValidatingAdmissionPolicy", "apportion-operator-writes") not in names
+    assert ("ValidatingAdmissionPolicy", "apportion-operator-writes") in {
+        key(obj)[:2] for obj in render()
+    }
+
+
+def rules_of(obj: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {
+        (group, resource, verb)
+        for rule in obj["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_watched_namespaces_get_roles_and_the_cluster_only_reads(render: Render) -> None:
+    """Least privilege: with exact namespaces the operator's rules are a Role in each of them
+    (the same rules the cluster-wide role has there) and cluster-wide it only reads namespaces
+    and CRDs; a second release (sharedObjects.enabled=false) renders no shared object."""
+    default = by_key(render())
+    objects = by_key(render("watchedNamespaces={team-a,team-b}", "sharedObjects.enabled=false"))
+    cluster_wide = {k for k in objects if k[0].startswith("Cluster") or k[2] == ""}
+    assert cluster_wide - {("CustomResourceDefinition", c, "") for c in CRDS} == {
+        ("ClusterRole", f"apportion-operator-{NAMESPACE}", ""),
+        ("ClusterRoleBinding", f"apportion-operator-{NAMESPACE}", ""),
+    }
+    reads = rules_of(objects[("ClusterRole", f"apportion-operator-{NAMESPACE}", "")])
+    assert {verb for _, _, verb in reads} == {"list", "watch"}
+    assert {resource for _, resource, _ in reads} == {"namespaces", "customresourcedefinitions"}
+    everything = rules_of(default[("ClusterRole", "apportion-operator", "")])
+    for team in ("team-a", "team-b"):
+        role = objects[("Role", "apportion-operator", team)]
+        assert rules_of(role) | reads == everything
+        binding = objects[("RoleBinding", "apportion-operator", team)]
+        assert binding["roleRef"]["kind"] == "Role"
+        assert binding["subjects"][0]["namespace"] == NAMESPACE
+    globbed = by_key(render("watchedNamespaces={team-*}"))
+    assert ("ClusterRoleBinding", "apportion-operator", "") in globbed  # a Role cannot say team-*
+
+
+def test_the_network_policy_limits_the_operator_and_can_be_turned_off(render: Render) -> None:
+    (policy,) = [o for o in render() if o["kind"] == "NetworkPolicy"]
+    (statefulset,) = [o for o in render() if o["kind"] == "StatefulSet"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= (
+        statefulset["spec"]["template"]["metadata"]["labels"].items()
+    )
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {"health", "metrics"}
+    egress = {
+        (p["port"], p["protocol"]) for rule in policy["spec"]["egress"] for p in rule["ports"]
+    }
+    assert egress == {(443, "TCP"), (6443, "TCP"), (53, "UDP"), (53, "TCP")}
+    peer = {"ipBlock": {"cidr": "10.0.0.1/32"}}
+    (narrowed,) = [
+        o
+        for o in render("networkPolicy.apiServer.to[0].ipBlock.cidr=10.0.0.1/32")
+        if o["kind"] == "NetworkPolicy"
+    ]
+    assert narrowed["spec"]["egress"][0]["to"] == [peer]
+    assert not [o for o in render("networkPolicy.enabled=false") if o["kind"] == "NetworkPolicy"]
+
+
+def test_the_chart_s_pods_meet_the_restricted_pod_security_standard(
+    dev_cluster, helm, namespace
+) -> None:
+    """The operator's pod template and its NetworkPolicy as rendered, admitted into a namespace
+    that enforces `restricted` (Pod Security admission enforces on Pods, so the template goes in
+    as one)."""
+    kubectl = dev_cluster.kubectl
+    kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    kubectl("create", "serviceaccount", "apportion-operator", "-n", namespace)
+    rendered = helm("template", "apportion", str(CHART), "-n", namespace).stdout
+    objects = [d for d in yaml.safe_load_all(rendered) if d]
+    (statefulset,) = [o for o in objects if o["kind"] == "StatefulSet"]
+    (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "psa-probe", "namespace": namespace},
+        "spec": statefulset["spec"]["template"]["spec"],
+    }
+    for obj in (pod, policy, statefulset):
+        result = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(obj))
+        assert "Warning" not in result.stderr, result.stderr
+    pod["spec"]["securityContext"] = {}
+    refused = kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert refused.returncode != 0
+    assert "restricted" in refused.stderr, refused.stderr
 
 
 def test_the_service_monitor_scrapes_the_metrics_service(render: Render) -> None:
@@ -232,8 +329,11 @@ def test_the_api_server_accepts_the_rendered_chart(dev_cluster, helm) -> None:
         "statefulset.apps/apportion-operator",
         "validatingadmissionpolicy.admissionregistration.k8s.io/apportion-worker-writes",
         "validatingadmissionpolicybinding.admissionregistration.k8s.io/apportion-worker-writes",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/apportion-operator-writes",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/apportion-operator-writes",
+        "networkpolicy.networking.k8s.io/apportion-operator",
     } <= applied
-    assert len(applied) == len(result.stdout.splitlines()) == 15
+    assert len(applied) == len(result.stdout.splitlines()) == 18
     assert all(line.endswith("(server dry run)") for line in result.stdout.splitlines())
     assert "Warning" not in result.stderr, result.stderr
 

@@ -1,14 +1,17 @@
 """manifests/ on the dev-cluster: the kustomize base passes a server-side dry run, the operator's
-ClusterRole is enough to run it (it runs here as that ServiceAccount, with peering), the worker
-role grants what workers need and nothing more, and the samples are valid."""
+ClusterRole is enough to run it (it runs here as that ServiceAccount, with peering, under
+operator-policy.yaml), the worker role grants what workers need and nothing more, every pod we
+ship meets the restricted Pod Security Standard, and the samples are valid."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,7 +28,7 @@ OPERATOR_SA = f"system:serviceaccount:{SYSTEM_NAMESPACE}:apportion-operator"
 def installed(dev_cluster, crds) -> None:
     """The system namespace and the RBAC applied for real (the CRDs by `crds`)."""
     dev_cluster.kubectl("apply", "-f", str(MANIFESTS / "namespace.yaml"))
-    for name in ("rbac.yaml", "worker-rbac.yaml"):
+    for name in ("rbac.yaml", "worker-rbac.yaml", "operator-policy.yaml"):
         dev_cluster.kubectl("apply", "-n", SYSTEM_NAMESPACE, "-f", str(MANIFESTS / name))
 
 
@@ -44,22 +47,115 @@ def test_kustomization_passes_a_server_side_dry_run(dev_cluster, installed) -> N
         "clusterrolebinding.rbac.authorization.k8s.io/apportion-operator",
         "clusterrole.rbac.authorization.k8s.io/apportion-worker",
         "statefulset.apps/apportion-operator",
+        "validatingadmissionpolicy.admissionregistration.k8s.io/apportion-operator-writes",
+        "validatingadmissionpolicybinding.admissionregistration.k8s.io/apportion-operator-writes",
     } <= applied
     assert all(line.endswith("(server dry run)") for line in result.stdout.splitlines())
     assert "Warning" not in result.stderr, result.stderr
 
 
-def test_operator_pods_meet_the_restricted_pod_security_standard(dev_cluster, installed) -> None:
-    rendered = dev_cluster.kubectl("kustomize", str(MANIFESTS)).stdout
-    (statefulset,) = [d for d in yaml.safe_load_all(rendered) if d["kind"] == "StatefulSet"]
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "psa-probe", "namespace": SYSTEM_NAMESPACE},
-        "spec": statefulset["spec"]["template"]["spec"],
+def workload_pods(text: str) -> list[dict[str, Any]]:
+    """Each workload's pod template as a bare Pod: Pod Security admission enforces on Pods
+    (on workloads it only warns), and a server-side dry run needs no node."""
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"psa-{doc['metadata']['name']}"},
+            "spec": doc["spec"]["template"]["spec"],
+        }
+        for doc in yaml.safe_load_all(text)
+        if doc and doc["kind"] in ("StatefulSet", "Deployment")
+    ]
+
+
+def restricted_namespace(dev_cluster, namespace: str) -> str:
+    dev_cluster.kubectl(
+        "label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted"
+    )
+    return namespace
+
+
+def dry_run_pod(dev_cluster, namespace: str, pod: dict[str, Any]) -> subprocess.CompletedProcess:
+    """A server-side dry run of `pod` in `namespace`, its ServiceAccount created first."""
+    account = pod["spec"].get("serviceAccountName", "default")
+    found = dev_cluster.kubectl("get", "serviceaccount", account, "-n", namespace, check=False)
+    if found.returncode != 0:
+        dev_cluster.kubectl("create", "serviceaccount", account, "-n", namespace)
+    return dev_cluster.kubectl(
+        "apply", "--dry-run=server", "-n", namespace, "-f", "-", input=json.dumps(pod),
+        check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "source",
+    ["kustomize", *sorted(p.name for p in (MANIFESTS / "samples").glob("*.yaml"))],
+)
+def test_every_pod_we_ship_meets_the_restricted_pod_security_standard(
+    dev_cluster, installed, namespace, source: str
+) -> None:
+    """The operator's pods and every sample workload's, admitted into a namespace that enforces
+    `restricted` (the chart's: tests/e2e/test_helm_chart.py)."""
+    text = (
+        dev_cluster.kubectl("kustomize", str(MANIFESTS)).stdout
+        if source == "kustomize"
+        else (MANIFESTS / "samples" / source).read_text()
+    )
+    pods = workload_pods(text)
+    assert pods, source
+    ns = restricted_namespace(dev_cluster, namespace)
+    for pod in pods:
+        result = dry_run_pod(dev_cluster, ns, pod)
+        assert result.returncode == 0, result.stderr
+        assert "Warning" not in result.stderr, result.stderr
+
+
+def test_the_restricted_check_refuses_a_pod_that_runs_as_root(
+    dev_cluster, installed, namespace
+) -> None:
+    """The check above can fail: the first sample without its securityContext is refused."""
+    (pod, *_) = workload_pods((MANIFESTS / "samples" / "partitionset-demo.yaml").read_text())
+    del pod["spec"]["securityContext"]
+    result = dry_run_pod(dev_cluster, restricted_namespace(dev_cluster, namespace), pod)
+    assert result.returncode != 0
+    assert "restricted" in result.stderr, result.stderr
+
+
+def test_the_namespaced_component_binds_the_operator_in_its_namespaces_only(
+    dev_cluster, installed, namespace, tmp_path
+) -> None:
+    """manifests/components/namespaced from a kustomization of the user's own: no cluster-wide
+    binding of the operator's role, a RoleBinding in the watched namespace, cluster-wide only the
+    reads of namespaces and CRDs; the API server accepts it."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    relative = Path(os.path.relpath(MANIFESTS, mine))
+    (mine / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [str(relative)],
+                "components": [str(relative / "components" / "namespaced")],
+            }
+        )
+    )
+    rendered = dev_cluster.kubectl("kustomize", str(mine)).stdout.replace("team-a", namespace)
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    kinds = {(d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", "")) for d in docs}
+    assert ("ClusterRoleBinding", "apportion-operator", "") not in kinds
+    assert ("RoleBinding", "apportion-operator", namespace) in kinds
+    (cluster_role,) = [d for d in docs if d["metadata"]["name"] == "apportion-operator-cluster"
+                       and d["kind"] == "ClusterRole"]  # fmt: skip
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "namespaces",
+        "customresourcedefinitions",
     }
-    # The namespace enforces `restricted`; a non-compliant pod would be refused here.
-    dev_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=json.dumps(pod))
+    (statefulset,) = [d for d in docs if d["kind"] == "StatefulSet"]
+    args = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert f"--namespace={namespace}" in args
+    assert "--all-namespaces" not in args
+    result = dev_cluster.kubectl("apply", "--dry-run=server", "-f", "-", input=rendered)
+    assert all(line.endswith("(server dry run)") for line in result.stdout.splitlines())
 
 
 def can_i(
@@ -104,6 +200,7 @@ def can_i(
         ("list", "deployments.apps"),
         ("list", "pods.metrics.k8s.io"),
         ("watch", "customresourcedefinitions.apiextensions.k8s.io"),
+        ("act", "operators.apportion.dev"),  # what puts it under operator-policy.yaml
     ],
 )
 def test_operator_role_grants(dev_cluster, installed, verb: str, resource: str) -> None:

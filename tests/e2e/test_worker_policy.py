@@ -10,20 +10,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from apportion_dev.devcluster import DevCluster
-from apportion_dev.devcluster.kubeconfig import write_user_kubeconfig
+from tests.support.tokens import as_user
 from tests.support.unitset import WORKER_ACCOUNT
 
 POLICY = "apportion-worker-writes"
 ACK = "apportion.dev/ack.shardset.carts"
 UNIT_LEASE = "carts-shardset-unit-4-1"
-Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
 
 def pod(name: str) -> dict[str, Any]:
@@ -51,24 +50,6 @@ def lease(name: str, holder: str, labels: dict[str, str]) -> str:
 
 
 UNIT_LABELS = {"apportion.dev/set": "shardset.carts"}
-
-
-def as_user(cluster: DevCluster, path: Path, namespace: str, token: str) -> Kubectl:
-    """kubectl with nothing but `token` (no admin credentials), never raising."""
-    config = write_user_kubeconfig(
-        path, cluster.server, cluster.ca_file, {"token": token}, namespace
-    )
-
-    def run(*args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={config}", *args],
-            input=input,
-            text=True,
-            capture_output=True,
-            timeout=60,
-        )
-
-    return run
 
 
 @pytest.fixture

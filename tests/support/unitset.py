@@ -48,8 +48,12 @@ class Operator:
         log: Path,
         *,
         leader_election: str | None = None,
+        lease_namespace: str | None = None,
         identity: str = "operator-0",
+        kubeconfig: Path | None = None,
     ) -> None:
+        """`lease_namespace`: where the leader-election Lease lives (default `namespace`);
+        `kubeconfig`: the credentials to run with (default the cluster admin's)."""
         self.log = log
         self.identity = identity
         self.metrics_port = free_port()
@@ -57,8 +61,10 @@ class Operator:
         args += ["--metrics", f"127.0.0.1:{self.metrics_port}"]
         if leader_election:
             args += ["--leader-election", leader_election]
-            args += ["--leader-election-namespace", namespace]
+            args += ["--leader-election-namespace", lease_namespace or namespace]
         env = {**dev_cluster.env, "POD_NAME": identity}
+        if kubeconfig is not None:
+            env["KUBECONFIG"] = str(kubeconfig)
         self._out = log.open("w")
         self.process = subprocess.Popen(args, env=env, stdout=self._out, stderr=subprocess.STDOUT)
 

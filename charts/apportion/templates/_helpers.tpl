@@ -25,3 +25,58 @@ one source for both installs. */}}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* Whether the operator's role is bound cluster-wide: every namespace watched, or a kopf glob
+among them (it then watches every namespace and filters, so a Role per namespace cannot say it). */}}
+{{- define "apportion.clusterWide" -}}
+{{- $globs := false }}
+{{- range .Values.watchedNamespaces }}
+{{- if regexMatch "[*?\\[!]" . }}{{ $globs = true }}{{ end }}
+{{- end }}
+{{- if or (not .Values.watchedNamespaces) $globs }}true{{ end }}
+{{- end }}
+
+{{/* The operator's rules in the namespaces it serves (manifests/rbac.yaml says why each). */}}
+{{- define "apportion.operatorRules" -}}
+- apiGroups: [apportion.dev]
+  resources: [graintypes, partitionsets, shardsets]
+  verbs: [list, watch, patch]
+- apiGroups: [apportion.dev]
+  resources: [graintypes/status, partitionsets/status, shardsets/status]
+  verbs: [patch]
+- apiGroups: [apportion.dev]
+  resources: [graintypes/finalizers, partitionsets/finalizers, shardsets/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create]
+- apiGroups: [apps]
+  resources: [deployments, statefulsets]
+  verbs: [list, watch]
+- apiGroups: [metrics.k8s.io]
+  resources: [pods]
+  verbs: [list]
+{{- end }}
+
+{{/* What is cluster-scoped: kopf's namespace globs and CRD discovery. */}}
+{{- define "apportion.operatorClusterRules" -}}
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [list, watch]
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end }}
+
+{{/* Marks the holder as the operator, under files/operator-policy.yaml. */}}
+{{- define "apportion.operatorMark" -}}
+- apiGroups: [apportion.dev]
+  resources: [operators]
+  verbs: [act]
+{{- end }}
