@@ -176,7 +176,8 @@ def _root_component(project: Path, version: str, temp: Path) -> Path:
     """The project's pyproject.toml as cyclonedx-py reads it for the SBOM's subject: with the
     version setuptools reads from VERSION written in (cyclonedx-py does not run the backend)."""
     table = tomllib.loads((project / "pyproject.toml").read_text())["project"]
-    fields = {key: table[key] for key in ("name", "description", "license")} | {"version": version}
+    kept = ("name", "description", "license", "dependencies")
+    fields = {key: table[key] for key in kept} | {"version": version}
     lines = [f"{key} = {json.dumps(value)}" for key, value in fields.items()]
     out = temp / "pyproject.toml"
     out.write_text("[project]\n" + "\n".join(lines) + "\n")
