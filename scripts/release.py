@@ -126,9 +126,9 @@ class Release:
     sign: bool
 
 
-def run(*args: str | Path, cwd: Path = REPO) -> None:
+def run(*args: str | Path) -> None:
     print("+", " ".join(str(a) for a in args), flush=True)
-    subprocess.run([str(a) for a in args], cwd=cwd, check=True)
+    subprocess.run([str(a) for a in args], cwd=REPO, check=True)
 
 
 def notes(release: Release) -> list[Path]:
@@ -278,7 +278,8 @@ def release(args: argparse.Namespace) -> Path:
     context = Release(version, dist, revision(), args.changelog, args.sign)
     for name in steps:
         print(f"release: {name}", flush=True)
-        STEPS[name](context)
+        for path in STEPS[name](context):
+            print(f"release: {name} wrote {path.relative_to(dist)}", flush=True)
     sums = dist / SUMS
     sums.write_text(sha256sums(dist))
     return sums
