@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
-	test krew \
+	test krew release \
 	unit e2e realnode java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
@@ -106,6 +106,13 @@ crds: setup
 # plugins/krew/apportion.yaml (docs/operations.md#kubectl-plugin).
 krew: setup
 	$(BIN)/python scripts/krew.py --out dist --update-manifest
+
+# Every artifact of a release into dist/ (docs/releasing.md): VERSION must say VERSION, and
+# CHANGELOG.md have its section. RELEASE_FLAGS passes more, e.g. --skip images or --sign.
+VERSION ?= $(shell cat VERSION)
+RELEASE_FLAGS ?=
+release: setup java-deps
+	$(BIN)/python scripts/release.py --version $(VERSION) $(RELEASE_FLAGS)
 
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py

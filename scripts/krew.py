@@ -18,7 +18,6 @@ import io
 import re
 import sys
 import tarfile
-import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,8 +29,7 @@ RELEASES = "https://github.com/apportion/apportion/releases/download"
 
 def version() -> str:
     """The tree's version, krew's way (v-prefixed)."""
-    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-    return f"v{project['version']}"
+    return f"v{(REPO / 'VERSION').read_text().strip()}"
 
 
 def archive_name(tag: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from apportion_dev.devcluster.tools import HELM, KSTATUS, PROMTOOL, ensure_tool
+from apportion_dev.devcluster.tools import ACTIONLINT, HELM, KSTATUS, PROMTOOL, ensure_tool
 from tests.support import prebuild
 from tests.support.postgres import PostgresServer
 from tests.support.tiers import cannot_run, tier
@@ -129,6 +129,14 @@ def kstatus_binary(request: pytest.FixtureRequest) -> Path:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(KSTATUS) / "kstatus"
+
+
+@pytest.fixture(scope="session")
+def actionlint(request: pytest.FixtureRequest) -> Path:
+    """rhysd/actionlint, the release workflow's checker (devtools/go/tools/actionlint)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        return ensure_tool(ACTIONLINT) / "actionlint"
 
 
 @pytest.fixture(scope="session")

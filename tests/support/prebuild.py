@@ -19,6 +19,7 @@ import pytest
 from apportion_dev.devcluster.build import is_built
 from apportion_dev.devcluster.paths import cache_root
 from apportion_dev.devcluster.tools import (
+    ACTIONLINT,
     CONTAINERD,
     FLUX_TOOLS,
     HELM,
@@ -32,6 +33,7 @@ from apportion_dev.devcluster.tools import (
 from tests.support.tiers import tier
 
 FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
+    "actionlint": (ACTIONLINT,),
     "flux": FLUX_TOOLS,
     "helm_binary": (HELM,),
     "krew": (KREW,),

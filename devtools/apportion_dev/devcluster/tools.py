@@ -1,7 +1,7 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, the tools the tests run (promtool, helm, krew, kstatus) and Flux's
+metrics-server, the tools the tests run (promtool, helm, krew, kstatus, actionlint) and Flux's
 source-controller and kustomize-controller (devcluster.flux runs them against a dev-cluster)."""
 
 from __future__ import annotations
@@ -72,6 +72,14 @@ KSTATUS = GoTool(
     main_package="apportion.dev/kstatus",
 )
 """sigs.k8s.io/cli-utils' kstatus as a command: how GitOps tools judge a status."""
+ACTIONLINT = GoTool(
+    "actionlint",
+    "tools/actionlint",
+    "github.com/rhysd/actionlint",
+    ("actionlint",),
+    "github.com/rhysd/actionlint.version",
+)
+"""The release workflow's checker (tests/unit/test_release_workflow.py)."""
 # Flux v1.9.x: v1.10 needs Go 1.27. One wrapper module per controller (one shared module would
 # move each controller's dependencies off its release's versions); neither has a version variable.
 FLUX_SOURCE_CONTROLLER = GoTool(
@@ -89,7 +97,7 @@ FLUX_KUSTOMIZE_CONTROLLER = GoTool(
     None,
 )
 FLUX_TOOLS = (FLUX_SOURCE_CONTROLLER, FLUX_KUSTOMIZE_CONTROLLER)
-TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, *FLUX_TOOLS)
+TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ACTIONLINT, *FLUX_TOOLS)
 """What `make tools` builds: the tools the tests run against what we ship."""
 ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD, METRICS_SERVER)}
 """Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""

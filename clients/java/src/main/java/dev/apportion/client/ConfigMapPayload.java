@@ -4,7 +4,7 @@ import java.util.Map;
 
 /**
  * Contents of one ConfigMap of a table: named {@code <root name><suffix>}; the root has suffix
- * "", chunks "-<epoch>-<i>". {@code binaryData} values are base64, as in the API.
+ * {@code ""}, chunks {@code "-<epoch>-<i>"}. {@code binaryData} values are base64, as in the API.
  */
 public record ConfigMapPayload(String suffix, Map<String, String> data, Map<String, String> binaryData) {
   public ConfigMapPayload {
