@@ -19,6 +19,8 @@ import secrets
 import shutil
 import subprocess
 import sys
+import tarfile
+import urllib.request
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -191,6 +193,20 @@ def test_the_image_pushed_at_start_is_pulled_back_by_buildah(
         assert pulled == release.image_id
     finally:
         buildah("rmi", name)
+    # The manifest the registry serves is the archive's, byte for byte: a signature made over the
+    # release's digest holds for what is pulled.
+    archive = next((release.dist / "images").glob("*.oci.tar"))
+    with tarfile.open(archive) as tar:
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+    (manifest,) = index["manifests"]
+    repository, _, tag = release.image.removeprefix("ghcr.io/").rpartition(":")
+    request = urllib.request.Request(
+        f"http://{served.registry}/v2/{repository}/manifests/{tag}",
+        headers={"Accept": manifest["mediaType"]},
+        method="HEAD",
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.headers["Docker-Content-Digest"] == manifest["digest"]
 
 
 def test_the_chart_pushed_at_start_is_pulled_back_by_helm(

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -99,27 +100,34 @@ def archive_name(archive: Path) -> str:
 
 def push_image(archive: Path, registry: str, published: str | None = None) -> str:
     """Push an oci-archive to the registry under its published name's repository path (the
-    archive's own reference by default); return the reference pushed."""
+    archive's own reference by default); return the reference pushed.
+
+    `buildah push` reads only its own storage (skopeo, which copies an archive straight to a
+    registry, is not installed here): the archive goes through a private, throwaway storage, so
+    the machine's images stay as they were. The layers are stored as their uncompressed tar
+    streams and compressed again the same way, so the registry gets the archive's digests."""
     if shutil.which("buildah") is None:
         raise DevClusterError("buildah is not installed (Debian: apt-get install buildah)")
     target = f"{registry}/{repository_path(published or archive_name(archive))}"
+    with tempfile.TemporaryDirectory(prefix="apportion-push-") as work:
+        storage = [f"--root={work}/root", f"--runroot={work}/run", "--storage-driver=vfs"]
+        image = _buildah(*storage, "pull", "--quiet", f"oci-archive:{archive}").split()[-1]
+        _buildah(*storage, "push", "--quiet", "--tls-verify=false", image, f"docker://{target}")
+    return target
+
+
+def _buildah(*args: str) -> str:
     result = subprocess.run(
-        [
-            "buildah",
-            "push",
-            "--quiet",
-            "--tls-verify=false",
-            f"oci-archive:{archive}",
-            f"docker://{target}",
-        ],
+        ["buildah", *args],
         capture_output=True,
         text=True,
         env={**os.environ, "BUILDAH_ISOLATION": "chroot"},
         check=False,
     )
     if result.returncode != 0:
-        raise DevClusterError(f"cannot push {archive} to {target}:\n{result.stderr.strip()}")
-    return target
+        command = next(a for a in args if not a.startswith("--"))
+        raise DevClusterError(f"buildah {command} failed:\n{result.stderr.strip()[-3000:]}")
+    return result.stdout.strip()
 
 
 def push_chart(chart: Path, registry: str) -> str:
