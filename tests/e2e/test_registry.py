@@ -1,8 +1,9 @@
 """The registries a dev-cluster serves a release from (`DevCluster.start(registry=True,
 dist=...)`, docs/dev-cluster.md), used by the real clients a user has: an image and a chart put
 into dist/ as `make release` writes them are pushed at start and pulled back with buildah and
-helm; a wheel in dist/python is downloaded by pip from the index, a jar deployed into dist/maven
-by Maven from the repository; and on the real node a pod whose image is a published name
+helm, the chart also by Flux's source-controller (an OCIRepository with `insecure: true`); a
+wheel in dist/python is downloaded by pip from the index, a jar deployed into dist/maven by Maven
+from the repository; and on the real node a pod whose image is a published name
 (`ghcr.io/apportion/...`) runs from an image containerd pulled through its mirror.
 
 Every artifact is made here, with a name and version nothing else has, so what comes back can
@@ -30,6 +31,7 @@ from typing import Any
 import pytest
 
 from apportion_dev.devcluster import DevCluster
+from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.registry import push_image
 from tests.support.waiting import wait_for
 
@@ -340,3 +342,44 @@ def test_a_pod_runs_a_published_name_pulled_through_the_mirror(
         ), messages
     finally:
         real_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def test_flux_fetches_the_chart_as_an_oci_repository(
+    served: DevCluster, chart: Path, tmp_path: Path
+) -> None:
+    """Flux's source-controller takes the chart from the registry over plain HTTP with
+    `spec.insecure: true`, and stores the very archive that was pushed."""
+    repository = {
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "OCIRepository",
+        "metadata": {"name": "tiny", "namespace": "default"},
+        "spec": {
+            "url": f"oci://{served.registry}/apportion/charts/tiny",
+            "ref": {"tag": CHART_VERSION},
+            "interval": "10m",
+            "insecure": True,
+            "layerSelector": {
+                "mediaType": "application/vnd.cncf.helm.chart.content.v1.tar+gzip",
+                "operation": "copy",
+            },
+        },
+    }
+    with Flux.start(served, tmp_path / "flux") as flux:
+        served.kubectl("apply", "-f", "-", input=json.dumps(repository))
+        try:
+
+            def artifact() -> dict[str, Any] | None:
+                status = flux.get("OCIRepository", "default", "tiny").get("status", {})
+                ready = any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in status.get("conditions", [])
+                )
+                return status["artifact"] if ready else None
+
+            stored = wait_for(artifact, timeout=60, message="the OCIRepository never got Ready")
+            assert stored["revision"].startswith(f"{CHART_VERSION}@sha256:")
+            with urllib.request.urlopen(stored["url"], timeout=10) as response:
+                assert response.read() == chart.read_bytes()
+        finally:
+            # Its finalizer needs the controller, which stops with the block.
+            served.kubectl("delete", "ocirepository", "tiny", "--timeout=60s", check=False)
