@@ -12,9 +12,11 @@ Fixtures
                .log_path("kube-apiserver" | "kube-controller-manager" | "etcd" | "podsim").
   real_cluster (session) a DevCluster with a real node (kubelet, containerd, runc, kube-proxy,
                kube-scheduler, metrics-server; see apportion_dev.devcluster.realnode) instead of the
-               pod simulator, its images built first. One per machine: the real-node tests share
-               it, and tests/e2e/test_real_node_cleanup.py and tests/e2e/test_real_nodes.py
-               (whose module fixture starts four real nodes) run before anything starts it.
+               pod simulator, its images built first, and an OCI registry (.registry) its
+               containerd pulls the published names `ghcr.io/apportion/...` from. One per
+               machine: the real-node tests share it, and tests/e2e/test_real_node_cleanup.py
+               and tests/e2e/test_real_nodes.py (whose module fixture starts four real nodes)
+               run before anything starts it.
   kubectl      dev_cluster.kubectl.
   namespace    (per test) the name of a fresh namespace whose default ServiceAccount exists, so
                bare Pods can be created at once, and the workers' ServiceAccount
@@ -77,7 +79,7 @@ def dev_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
 def real_cluster(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
-        cluster = DevCluster.start(real_node=True)
+        cluster = DevCluster.start(real_node=True, registry=True)
     try:
         yield cluster
     finally:

@@ -5,7 +5,13 @@ build       build etcd, kube-apiserver, kube-controller-manager, kubectl and the
 image       build apportion's container image from the Dockerfile with buildah (`make image`)
 start       start a cluster that keeps running after the command returns; `--node real` runs a
             real node (kubelet + containerd, root on Linux) instead of the pod simulator,
-            `--node real --nodes N` N of them, each in a network namespace and zone of its own
+            `--node real --nodes N` N of them, each in a network namespace and zone of its own;
+            `--registry` an OCI registry the real nodes pull `ghcr.io/...` names from,
+            `--dist DIR` (implies --registry) a release's images and charts pushed into it and
+            its Python distributions and Maven repository served as an index and a repository
+registry    print the registries' addresses as shell assignments (`eval $(...)`)
+publish DIR push a release's images (DIR/images/*.oci.tar) and charts (DIR/charts/*.tgz) into
+            the running cluster's registry
 tools       build the Go tools the tests run (promtool, helm, krew, kstatus, Flux) once per
             version; `tools NAME...` builds just those (also the real node's containerd and
             metrics-server)
@@ -20,7 +26,12 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from apportion_dev.devcluster import DevCluster
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -48,6 +59,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ("stop", "stop the cluster and remove its state"),
         ("status", "show the cluster's processes"),
         ("kubeconfig", "print the kubeconfig path"),
+        ("registry", "print the registries' addresses"),
+        ("publish", "push a release's images and charts into the registry"),
     ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("--state-dir", type=Path, default=None, help=state_dir_help)
@@ -73,6 +86,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                 help="how many real nodes (with --node real; up to 4), each with its own "
                 "containerd, kubelet, kube-proxy, network namespace, pod CIDR and zone",
             )
+            action.add_argument(
+                "--registry",
+                action="store_true",
+                help="run an OCI registry (CNCF Distribution); real nodes pull ghcr.io/... "
+                "names from it",
+            )
+            action.add_argument(
+                "--dist",
+                type=Path,
+                default=None,
+                metavar="DIR",
+                help="a release directory (make release's dist/): push its images and charts "
+                "into the registry (implies --registry), serve its python/ as a package index "
+                "and its maven/ as a Maven repository",
+            )
+        if name == "publish":
+            action.add_argument("dist", type=Path, metavar="DIR", help="a release directory")
     run_parser = actions.add_parser("run", help="start a private cluster, run CMD, stop")
     run_parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     parser.set_defaults(func=run)
@@ -108,23 +138,40 @@ def run(args: argparse.Namespace) -> int:
         if args.action == "start":
             real_node = choose_real_node(args.node)
             return _start(
-                state_dir, args.pod_simulator, real_node, args.nodes, args.state_dir is not None
+                state_dir,
+                args.state_dir is not None,
+                DevClusterOptions(
+                    args.pod_simulator, real_node, args.nodes, args.registry, args.dist
+                ),
             )
         if args.action == "stop":
             return _stop(state_dir)
-        cluster = DevCluster.attach(state_dir)
-        if args.action == "kubeconfig":
-            print(cluster.kubeconfig)
-        elif args.action == "status":
-            for name, alive in cluster.process_status().items():
-                print(f"{name:<24} {'running' if alive else 'NOT RUNNING'}")
-            print(f"{'server':<24} {cluster.server}")
-            print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
-            return 0 if cluster.running() else 1
-        return 0
+        return _attached(DevCluster.attach(state_dir), args)
     except DevClusterError as error:
         print(f"apportion dev-cluster {args.action}: {error}", file=sys.stderr)
         return 1
+
+
+def _attached(cluster: DevCluster, args: argparse.Namespace) -> int:
+    """The actions on a cluster that exists: kubeconfig, status, registry, publish."""
+    if args.action == "kubeconfig":
+        print(cluster.kubeconfig)
+    elif args.action == "status":
+        for name, alive in cluster.process_status().items():
+            print(f"{name:<24} {'running' if alive else 'NOT RUNNING'}")
+        print(f"{'server':<24} {cluster.server}")
+        print(f"{'kubeconfig':<24} {cluster.kubeconfig}")
+        return 0 if cluster.running() else 1
+    elif args.action == "registry":
+        print(registry_lines(cluster), end="")
+    elif args.action == "publish":
+        from apportion_dev.devcluster import DevClusterError, registry
+
+        if cluster.registry is None:
+            raise DevClusterError(NO_REGISTRY)
+        for pushed in registry.publish(args.dist, cluster.registry):
+            print(pushed)
+    return 0
 
 
 def choose_real_node(node: str) -> bool:
@@ -162,9 +209,33 @@ def _stop(state_dir: Path) -> int:
     return 0
 
 
-def _start(
-    state_dir: Path, pod_simulator: bool, real_node: bool, nodes: int, explicit_dir: bool
-) -> int:
+NO_REGISTRY = "this dev-cluster runs no registry: start it with --registry"
+
+
+@dataclass(frozen=True)
+class DevClusterOptions:
+    pod_simulator: bool
+    real_node: bool
+    nodes: int
+    registry: bool
+    dist: Path | None
+
+
+def registry_lines(cluster: DevCluster) -> str:
+    """The registries' addresses as shell assignments; a README line can `eval` them."""
+    from apportion_dev.devcluster import DevClusterError
+
+    found = {
+        "APPORTION_REGISTRY": cluster.registry,
+        "APPORTION_PYTHON_INDEX": cluster.python_index,
+        "APPORTION_MAVEN_REPOSITORY": cluster.maven_repository,
+    }
+    if not any(found.values()):
+        raise DevClusterError(NO_REGISTRY)
+    return "".join(f"{key}={value}\n" for key, value in found.items() if value)
+
+
+def _start(state_dir: Path, explicit_dir: bool, options: DevClusterOptions) -> int:
     from apportion_dev.devcluster import DevCluster, DevClusterError
 
     try:
@@ -176,7 +247,13 @@ def _start(
         return 0
     began = time.monotonic()
     cluster = DevCluster.start(
-        state_dir, pod_simulator=pod_simulator, real_node=real_node, nodes=nodes, detach=True
+        state_dir,
+        pod_simulator=options.pod_simulator,
+        real_node=options.real_node,
+        nodes=options.nodes,
+        registry=options.registry,
+        dist=options.dist,
+        detach=True,
     )
     stop = "apportion dev-cluster stop" + (f" --state-dir {state_dir}" if explicit_dir else "")
     print(
@@ -186,6 +263,8 @@ def _start(
         f"  logs: {cluster.state_dir / 'logs'}\n"
         f"stop it with: {stop}"
     )
+    if cluster.registry is not None:
+        print("registries (`apportion dev-cluster registry`):\n" + registry_lines(cluster), end="")
     return 0
 
 

@@ -16,11 +16,12 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from apportion_dev.devcluster import pki, processes
+from apportion_dev.devcluster import distserver, pki, processes, registry
 from apportion_dev.devcluster.build import Progress, ensure_built
 from apportion_dev.devcluster.credentials import (
     new_token,
@@ -84,6 +85,14 @@ class _AddressInUse(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """What runs beside the cluster for a release: the OCI registry, and `dist` served."""
+
+    registry: bool
+    dist: Path | None
+
+
 def _shutdown(records: Sequence[ProcessRecord], layout: Layout, bin_dir: Path) -> None:
     """Stop processes in dependency order (every node's kubelet at once, ...), put the machine
     back as it was if a real node ran, then delete the state directory (unless
@@ -130,6 +139,8 @@ class DevCluster:
         *,
         real_node: bool = False,
         nodes: int = 1,
+        registry: bool = False,
+        dist: Path | None = None,
         detach: bool = False,
         progress: Progress | None = None,
     ) -> DevCluster:
@@ -142,6 +153,11 @@ class DevCluster:
             needs root on Linux (`host.why_not` says what is missing) and there is one per machine.
         nodes: how many real nodes (up to `node.MAX_NODES`), each with its own containerd,
             kubelet and kube-proxy, network namespace, pod CIDR and zone (`node.NodeSpec`).
+        registry: run an OCI registry (apportion_dev.devcluster.registry) that real nodes pull
+            the published image names (`ghcr.io/...`) from.
+        dist: a release directory (`make release`'s dist/): push its images and charts into the
+            registry (implies `registry`) and serve its Python distributions as a package index
+            and its Maven repository (apportion_dev.devcluster.distserver).
         detach: leave the processes running after this interpreter exits (the CLI's `start`);
             otherwise they stop with it at the latest.
         """
@@ -150,6 +166,11 @@ class DevCluster:
                 f"{nodes} nodes: 1 to {node.MAX_NODES} real nodes, or the pod simulator's own"
             )
         bin_dir = ensure_built(progress)
+        if dist is not None:
+            dist = Path(dist).resolve()
+            if not dist.is_dir():
+                raise DevClusterError(f"--dist {dist}: no such directory")
+        with_registry = registry or dist is not None
         node_images: list[str] = []
         if real_node:
             reason = host.why_not()
@@ -192,6 +213,7 @@ class DevCluster:
                 detach,
                 node_images if real_node else None,
                 nodes,
+                _Serving(with_registry, dist),
             )
         except BaseException:
             _shutdown(started, layout, bin_dir)
@@ -263,6 +285,24 @@ class DevCluster:
         return Path(self._state.bin_dir)
 
     @property
+    def registry(self) -> str | None:
+        """host:port of the OCI registry (started with `registry=True`), else None. A published
+        name `ghcr.io/X:V` is `<registry>/X:V` there (`registry.repository_path`)."""
+        return self._state.registry
+
+    @property
+    def python_index(self) -> str | None:
+        """The PEP 503 index URL over `dist`/python (`pip --index-url`), when started with it."""
+        served = self._state.dist_server
+        return None if served is None else f"{served}{distserver.INDEX}"
+
+    @property
+    def maven_repository(self) -> str | None:
+        """The Maven repository URL over `dist`/maven, when started with `dist`."""
+        served = self._state.dist_server
+        return None if served is None else f"{served}{distserver.MAVEN}"
+
+    @property
     def env(self) -> dict[str, str]:
         """os.environ with KUBECONFIG pointing here and the matching kubectl first on PATH."""
         return cluster_env(os.environ, self.kubeconfig, self.bin_dir)
@@ -328,10 +368,11 @@ def _start_processes(
     detach: bool,
     node_images: list[str] | None,
     nodes: int,
+    serving: _Serving,
 ) -> ClusterState:
     """Start the components in order, appending each to `started` as soon as it exists so that a
     failure anywhere stops what is already running. With `node_images`, `nodes` real nodes run
-    them."""
+    them; `serving` says which registries run beside them."""
     real_node = node_images is not None
     if real_node:
         host.create_bridge()
@@ -406,9 +447,31 @@ def _start_processes(
         )
     state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=started)
     save_state(layout, state)  # from here on, `stop` from another shell finds everything
+    if serving.registry:
+        # Where the API server listens: every real node's containerd reaches it, further nodes'
+        # from their own network namespaces too.
+        state.registry = _retry_on_port_clash(
+            lambda: _start_registry(layout, address, spawn, started)
+        )
+    if serving.dist is not None:
+        state.dist = str(serving.dist)
+        state.dist_server = _retry_on_port_clash(
+            lambda: _start_dist_server(serving.dist, spawn, started)  # type: ignore[arg-type]
+        )
+    save_state(layout, state)
+    if serving.dist is not None and state.registry is not None:
+        registry.publish(serving.dist, state.registry)
     if node_images is not None:
         node.start_nodes(
-            nodes, layout.root, bin_dir, server, token, cluster_pki, spawn, _wait_until, node_images
+            nodes,
+            layout.root,
+            bin_dir,
+            server,
+            token,
+            cluster_pki,
+            spawn,
+            _wait_until,
+            node.ImageSources(node_images, state.registry),
         )
         save_state(layout, state)
 
@@ -579,6 +642,43 @@ def _start_apiserver(
     return server
 
 
+def _start_registry(
+    layout: Layout,
+    address: str,
+    spawn: Callable[..., ProcessRecord],
+    started: list[ProcessRecord],
+) -> str:
+    (port,) = free_ports(1, address)
+    config = registry.write_config(layout.registry, address, port)
+    record = spawn("registry", registry.argv(config), registry.env())
+    served = f"{address}:{port}"
+    _wait_or_retry(lambda: registry.ready(served), record, started, "the registry")
+    return served
+
+
+def _start_dist_server(
+    dist: Path, spawn: Callable[..., ProcessRecord], started: list[ProcessRecord]
+) -> str:
+    """The package index and Maven repository over `dist`, on loopback (see distserver)."""
+    (port,) = free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    record = spawn(
+        "distserver",
+        [
+            sys.executable,
+            "-m",
+            "apportion_dev.devcluster.distserver",
+            f"--dist={dist}",
+            "--address=127.0.0.1",
+            f"--port={port}",
+        ],
+    )
+    _wait_or_retry(
+        lambda: http_get(f"{url}{distserver.INDEX}")[0] == 200, record, started, "distserver"
+    )
+    return url
+
+
 def _wait_or_retry(
     check: Callable[[], bool], record: ProcessRecord, started: list[ProcessRecord], what: str
 ) -> None:
@@ -587,8 +687,10 @@ def _wait_or_retry(
     try:
         _wait_until(check, [record], what)
     except DevClusterError:
-        if not processes.is_running(record) and "address already in use" in processes.log_tail(
-            record, 200
+        # Go says "address already in use", Python "Address already in use".
+        if (
+            not processes.is_running(record)
+            and "address already in use" in processes.log_tail(record, 200).lower()
         ):
             started.remove(record)
             raise _AddressInUse() from None

@@ -69,6 +69,11 @@ class Layout:
         return self.root / "pods"
 
     @property
+    def registry(self) -> Path:
+        """The OCI registry's configuration and storage (apportion_dev.devcluster.registry)."""
+        return self.root / "registry"
+
+    @property
     def flexvolume(self) -> Path:
         # kube-controller-manager creates its FlexVolume plugin directory if missing: keep it here
         # rather than under /usr/libexec.
@@ -84,6 +89,12 @@ class ClusterState:
     token: str
     bin_dir: str
     processes: list[ProcessRecord] = field(default_factory=list)
+    registry: str | None = None
+    """host:port of the OCI registry, when started (`--registry`)."""
+    dist: str | None = None
+    """The release directory the package index and Maven repository serve (`--dist`)."""
+    dist_server: str | None = None
+    """http://host:port of the server of `dist`."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -91,6 +102,9 @@ class ClusterState:
             "token": self.token,
             "bin_dir": self.bin_dir,
             "processes": [p.to_json() for p in self.processes],
+            "registry": self.registry,
+            "dist": self.dist,
+            "dist_server": self.dist_server,
         }
 
     @classmethod
@@ -100,7 +114,14 @@ class ClusterState:
             token=str(data["token"]),
             bin_dir=str(data["bin_dir"]),
             processes=[ProcessRecord.from_json(p) for p in data["processes"]],  # type: ignore[attr-defined]
+            registry=_optional(data.get("registry")),
+            dist=_optional(data.get("dist")),
+            dist_server=_optional(data.get("dist_server")),
         )
+
+
+def _optional(value: object) -> str | None:
+    return None if value is None else str(value)
 
 
 def save_state(layout: Layout, state: ClusterState) -> None:

@@ -2,7 +2,8 @@
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
 metrics-server, the tools the tests run (promtool, helm, krew, kstatus, actionlint) and Flux's
-source-controller and kustomize-controller (devcluster.flux runs them against a dev-cluster)."""
+source-controller and kustomize-controller (devcluster.flux runs them against a dev-cluster), and
+CNCF Distribution's registry (devcluster.registry)."""
 
 from __future__ import annotations
 
@@ -97,7 +98,16 @@ FLUX_KUSTOMIZE_CONTROLLER = GoTool(
     None,
 )
 FLUX_TOOLS = (FLUX_SOURCE_CONTROLLER, FLUX_KUSTOMIZE_CONTROLLER)
-TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ACTIONLINT, *FLUX_TOOLS)
+REGISTRY = GoTool(
+    "registry",
+    "tools/registry",
+    "github.com/distribution/distribution/v3",
+    ("registry",),
+    "github.com/distribution/distribution/v3/version.version",
+)
+"""CNCF Distribution, the reference OCI registry: what `dev-cluster start --registry` serves the
+release's images and chart from (devcluster.registry)."""
+TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ACTIONLINT, *FLUX_TOOLS, REGISTRY)
 """What `make tools` builds: the tools the tests run against what we ship."""
 ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD, METRICS_SERVER)}
 """Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""

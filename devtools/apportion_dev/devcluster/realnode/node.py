@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from apportion_dev.devcluster import pki
+from apportion_dev.devcluster import pki, registry
 from apportion_dev.devcluster.kubeconfig import write_client_cert_kubeconfig
 from apportion_dev.devcluster.net import free_ports, http_get_json
 from apportion_dev.devcluster.processes import ProcessRecord
@@ -119,6 +119,16 @@ class NodePaths:
         return self.of("containerd") / "containerd.sock"
 
 
+@dataclass(frozen=True)
+class ImageSources:
+    """Where the nodes' containerd gets images: `imported` into each at start (built here), and
+    with `mirror` (a registry's host:port) the published names (`registry.MIRRORED_HOSTS`)
+    pulled from it."""
+
+    imported: list[str]
+    mirror: str | None = None
+
+
 def prepare_images(progress: Callable[[str], None]) -> list[str]:
     """Everything the node runs, built if missing: the pause image, the project's image and
     metrics-server's."""
@@ -140,7 +150,7 @@ def start_nodes(
     cluster_pki: pki.ClusterPki,
     spawn: Spawn,
     wait: Wait,
-    node_images: list[str],
+    node_images: ImageSources,
 ) -> None:
     """Start `count` nodes and one scheduler, and wait until every node is Ready. Every node's
     containerd first, so the images (exported once) go into all of them while nothing else
@@ -157,7 +167,11 @@ def start_nodes(
             )
         node = spec.paths
         _write_cni_config(spec)
-        (node.of("containerd") / "config.toml").write_text(_containerd_config(node))
+        hosts = None
+        if node_images.mirror is not None:
+            hosts = node.of("containerd") / "certs.d"
+            registry.write_mirrors(hosts, node_images.mirror)
+        (node.of("containerd") / "config.toml").write_text(_containerd_config(node, hosts))
         started.append(
             spawn(
                 spec.process("containerd"),
@@ -172,7 +186,10 @@ def start_nodes(
         )
     wait(lambda: all(s.paths.socket.exists() for s in specs), started, "containerd")
     images.import_into_containerd(
-        node_images, containerd_bin / "ctr", [s.paths.socket for s in specs], host.NODE_ROOT
+        node_images.imported,
+        containerd_bin / "ctr",
+        [s.paths.socket for s in specs],
+        host.NODE_ROOT,
     )
     for spec in specs:
         started += _start_kubelet_and_proxy(spec, bin_dir, server, cluster_pki, spawn)
@@ -317,9 +334,18 @@ def _write_cni_config(spec: NodeSpec) -> None:
     conf.write_text(json.dumps(conflist, indent=2))
 
 
-def _containerd_config(node: NodePaths) -> str:
+def _containerd_config(node: NodePaths, hosts: Path | None = None) -> str:
     # restrict_oom_score_adj: root here lacks CAP_SYS_RESOURCE, and runc fails every sandbox when
-    # it may not lower its own oom_score_adj (real-node.md).
+    # it may not lower its own oom_score_adj (real-node.md). `hosts`: the registry hosts
+    # directory (`<host>/hosts.toml`), which containerd reads on every pull.
+    registries = (
+        ""
+        if hosts is None
+        else f"""
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "{hosts}"
+"""
+    )
     return f"""\
 version = 3
 root = "{node.of("containerd") / "root"}"
@@ -339,7 +365,7 @@ state = "{node.of("containerd") / "state"}"
 
 [plugins.'io.containerd.cri.v1.images'.pinned_images]
   sandbox = "{images.PAUSE_IMAGE}"
-
+{registries}
 [plugins.'io.containerd.cri.v1.runtime']
   enable_cdi = false
   restrict_oom_score_adj = true
