@@ -29,6 +29,8 @@ class Check:
     defines: tuple[str, ...]
     mutant: bool = False
     rule: str = ""
+    violates: str = ""
+    """For a mutant: the property its counterexample breaks."""
 
 
 # Each fault group alone: together they exceed the CI budget (see docs/handoff.md).
@@ -48,42 +50,49 @@ MUTANTS = (
         ("-DM_NO_ACK_WAIT",),
         True,
         "a release is granted only after the owner's ack (or the timeout)",
+        "StopServing",
     ),
     Check(
         "M_ACK_EPOCH_IGNORED",
         ("-DM_ACK_EPOCH_IGNORED",),
         True,
         "an ack counts only if written after the release (release.epoch <= ack.epoch)",
+        "StopServing",
     ),
     Check(
         "M_TOKEN_KEPT",
         ("-DM_TOKEN_KEPT",),
         True,
         "the new owner's token is the write's epoch, above every earlier one",
+        "KeepServing",
     ),
     Check(
         "M_LEASE_OUTLIVES_TIMEOUT",
         ("-DM_LEASE_OUTLIVES_TIMEOUT",),
         True,
         "a worker's lease ends before the operator's timeout (L(1+rho)+S <= T(1-rho))",
+        "StopServing",
     ),
     Check(
         "M_NOBODY_WITHOUT_RELEASE",
         ("-DM_NOBODY_WITHOUT_RELEASE", "-DPODS"),
         True,
         "a leaving owner releases to nobody and waits for the ack before the unit is unowned",
+        "StopServing",
     ),
     Check(
         "M_REPAIR_IGNORES_RESERVATION",
         ("-DM_REPAIR_IGNORES_RESERVATION", "-DCRASHES=1", "-DATTACKS=1"),
         True,
         "a repaired table's epoch is above the reserved epochs",
+        "Grow",
     ),
     Check(
         "M_FENCE_NOT_WAITED",
         ("-DM_FENCE_NOT_WAITED", "-DCRASHES=1", "-DATTACKS=1"),
         True,
         "after a fence nothing is assigned until handoffTimeout has passed",
+        "StopServing",
     ),
 )
 
@@ -98,8 +107,21 @@ class Outcome:
     output: str
 
     @property
+    def violated(self) -> str | None:
+        """The property the first assertion that failed states (None: none failed)."""
+        found = re.search(r"assertion violated (.*) \(at depth", self.output)
+        if found is None:
+            return None
+        text = found.group(1)
+        if text == "0":
+            return "StopServing"  # the monitor's assert(false)
+        return "Grow" if "lastEp" in text or "lastTok" in text else "KeepServing"
+
+    @property
     def passed(self) -> bool:
-        return self.errors >= 1 if self.check.mutant else self.errors == 0 and self.full
+        if self.check.mutant:
+            return self.errors >= 1 and self.violated == self.check.violates
+        return self.errors == 0 and self.full
 
 
 def defines_of(check: Check) -> list[str]:
@@ -154,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         for index, check in enumerate(SAFETY + MUTANTS):
             outcome = run(check, Path(tmp) / str(index))
             if check.mutant:
-                verdict = "refuted (counterexample)" if outcome.passed else "NOT REFUTED"
+                verdict = f"refuted: {outcome.violated}" if outcome.passed else "NOT REFUTED"
             else:
                 verdict = "holds, full search" if outcome.passed else "VIOLATED"
             failed += not outcome.passed

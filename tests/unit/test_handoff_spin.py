@@ -30,4 +30,5 @@ def test_model_holds_in_every_state(check: Check, tmp_path: Path) -> None:
 def test_each_mutant_is_refuted(check: Check, tmp_path: Path) -> None:
     outcome = run(check, tmp_path)
     assert outcome.errors >= 1, f"{check.rule}: not refuted\n{outcome.output}"
+    assert outcome.violated == check.violates, outcome.output
     assert list(tmp_path.glob("*.trail")), "a counterexample leaves a trail"
