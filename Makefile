@@ -5,13 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
-	test krew release \
+	test krew release model \
 	unit e2e realnode java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
 
 # libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
-# check tests; a no-op when present, a note when they cannot be installed (the kernel is then
+# check tests, spin for the hand-off model's checks (`make model`); a no-op when present, a
+# note when they cannot be installed (the kernel is then
 # skipped and the Python key path used; the health check tests skip). Under CI (CI=true) a
 # missing one fails the setup instead.
 native-deps:
@@ -58,6 +59,12 @@ demo: controlplane
 # each tier's log and slowest tests are in .test-results/.
 test:
 	$(PYTHON) scripts/run_tests.py
+
+# The Spin model of the hand-off protocol (models/handoff/): every safety configuration explored
+# exhaustively and every mutant refuted; prints check, states, memory, result (docs/handoff.md,
+# "How we know"). tests/unit/test_handoff_spin.py runs the same checks.
+model: setup
+	$(BIN)/python scripts/model_check.py
 
 # One tier at a time, as the streams of `make test` run them.
 unit: setup postgres-deps

@@ -9,6 +9,8 @@
 # - lua5.1 and lua-dkjson, the Lua 5.1 interpreter and JSON module tests/unit/test_argocd_health.py
 #   runs the Argo CD health checks with (manifests/argocd/); without them those tests skip,
 #   and fail under CI.
+# - spin, the model checker of the hand-off protocol's model (models/handoff/, `make model`,
+#   tests/unit/test_handoff_spin.py); without it those tests skip, and fail under CI.
 set -u
 
 as_root=""
@@ -60,6 +62,13 @@ if ! have_lua; then
     if ! have_lua; then
         left_out "lua5.1 or lua-dkjson is missing (apt-get install lua5.1 lua-dkjson as root);\
  tests/unit/test_argocd_health.py will skip (fail under CI)"
+    fi
+fi
+if ! command -v spin >/dev/null 2>&1; then
+    apt_install "the hand-off model's checks" spin
+    if ! command -v spin >/dev/null 2>&1; then
+        left_out "spin is missing (apt-get install spin as root);\
+ tests/unit/test_handoff_spin.py will skip (fail under CI)"
     fi
 fi
 if [ -n "$missing" ] && [ "${CI:-}" = true ]; then

@@ -1,0 +1,189 @@
+"""Checks the Spin model of the hand-off protocol (models/handoff/handoff.pml) exhaustively,
+and refutes each mutant of it (docs/handoff.md, "How we know").
+
+`python scripts/model_check.py` (`make model`) prints a table: check, states, memory, result.
+tests/unit/test_handoff_spin.py runs the same checks. Needs spin and a C compiler.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+MODEL = Path(__file__).resolve().parent.parent / "models" / "handoff" / "handoff.pml"
+BOUNDS = ("-DNU=1", "-DMAXE=3", "-DTMIN=1")
+"""Two pod names, one unit, table epochs up to 3 (repairs above), handoffTimeout one tick."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One run of the model: `defines` on top of BOUNDS; a mutant must be refuted."""
+
+    name: str
+    defines: tuple[str, ...]
+    mutant: bool = False
+    rule: str = ""
+    violates: str = ""
+    """For a mutant: the property its counterexample breaks."""
+
+
+# Each fault group alone: together they exceed the CI budget (see docs/handoff.md).
+SAFETY = (
+    Check("StopServing+KeepServing+Grow: hand-offs, timeouts, leases", ()),
+    Check("... with an operator crash", ("-DCRASHES=1",)),
+    Check("... with the table deleted or rolled back", ("-DATTACKS=1",)),
+    Check("... with container restarts in place", ("-DRESTARTS",)),
+    Check("... with pods terminated and deleted", ("-DPODS",)),
+    Check("KeepServing+Grow without leases (KeepServing mode)", ("-DKEEP",)),
+)
+_NO_FAULTS = ("-DCRASHES=0", "-DATTACKS=0")
+
+MUTANTS = (
+    Check(
+        "M_NO_ACK_WAIT",
+        ("-DM_NO_ACK_WAIT",),
+        True,
+        "a release is granted only after the owner's ack (or the timeout)",
+        "StopServing",
+    ),
+    Check(
+        "M_ACK_EPOCH_IGNORED",
+        ("-DM_ACK_EPOCH_IGNORED",),
+        True,
+        "an ack counts only if written after the release (release.epoch <= ack.epoch)",
+        "StopServing",
+    ),
+    Check(
+        "M_TOKEN_KEPT",
+        ("-DM_TOKEN_KEPT",),
+        True,
+        "the new owner's token is the write's epoch, above every earlier one",
+        "KeepServing",
+    ),
+    Check(
+        "M_LEASE_OUTLIVES_TIMEOUT",
+        ("-DM_LEASE_OUTLIVES_TIMEOUT",),
+        True,
+        "a worker's lease ends before the operator's timeout (L(1+rho)+S <= T(1-rho))",
+        "StopServing",
+    ),
+    Check(
+        "M_NOBODY_WITHOUT_RELEASE",
+        ("-DM_NOBODY_WITHOUT_RELEASE", "-DPODS"),
+        True,
+        "a leaving owner releases to nobody and waits for the ack before the unit is unowned",
+        "StopServing",
+    ),
+    Check(
+        "M_REPAIR_IGNORES_RESERVATION",
+        ("-DM_REPAIR_IGNORES_RESERVATION", "-DCRASHES=1", "-DATTACKS=1"),
+        True,
+        "a repaired table's epoch is above the reserved epochs",
+        "Grow",
+    ),
+    Check(
+        "M_FENCE_NOT_WAITED",
+        ("-DM_FENCE_NOT_WAITED", "-DCRASHES=1", "-DATTACKS=1"),
+        True,
+        "after a fence nothing is assigned until handoffTimeout has passed",
+        "StopServing",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    check: Check
+    errors: int
+    states: int
+    memory_mb: float
+    full: bool
+    output: str
+
+    @property
+    def violated(self) -> str | None:
+        """The property the first assertion that failed states (None: none failed)."""
+        found = re.search(r"assertion violated (.*) \(at depth", self.output)
+        if found is None:
+            return None
+        text = found.group(1)
+        if text == "0":
+            return "StopServing"  # the monitor's assert(false)
+        return "Grow" if "lastEp" in text or "lastTok" in text else "KeepServing"
+
+    @property
+    def passed(self) -> bool:
+        if self.check.mutant:
+            return self.errors >= 1 and self.violated == self.check.violates
+        return self.errors == 0 and self.full
+
+
+def defines_of(check: Check) -> list[str]:
+    """Faults are off unless the check turns them on (a -D given twice: the last wins in cpp,
+    so the defaults come first)."""
+    given = {d.split("=")[0] for d in check.defines}
+    base = [d for d in _NO_FAULTS if d.split("=")[0] not in given]
+    return [*BOUNDS, *base, *check.defines]
+
+
+def run(check: Check, workdir: Path, model: Path = MODEL) -> Outcome:
+    """spin -a, gcc, pan: exhaustive (no bitstate), stopping at the first error."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["spin", *defines_of(check), "-a", str(model)], cwd=workdir, check=True, capture_output=True
+    )
+    subprocess.run(
+        ["cc", "-O2", "-w", "-DSAFETY", "-DCOLLAPSE", "-o", "pan", "pan.c"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
+    done = subprocess.run(
+        ["./pan", "-m100000"], cwd=workdir, capture_output=True, text=True, check=False
+    )
+    out = done.stdout
+    errors = int(_find(r"errors: (\d+)", out))
+    states = int(_find(r"(\d+) states, stored", out))
+    memory = float(_find(r"([\d.]+)\s+total actual memory usage", out, "0"))
+    return Outcome(check, errors, states, memory, "Full statespace search" in out, out)
+
+
+def _find(pattern: str, text: str, default: str | None = None) -> str:
+    found = re.search(pattern, text)
+    if found is None:
+        if default is not None:
+            return default
+        raise ValueError(f"pan printed no {pattern!r}:\n{text}")
+    return found.group(1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.parse_args(argv)
+    for tool in ("spin", "cc"):
+        if shutil.which(tool) is None:
+            print(f"model_check: {tool} is missing (apt-get install spin gcc)", file=sys.stderr)
+            return 2
+    failed = 0
+    print(f"{'check':<62} {'states':>10} {'MB':>7}  result")
+    with tempfile.TemporaryDirectory(prefix="apportion-model-") as tmp:
+        for index, check in enumerate(SAFETY + MUTANTS):
+            outcome = run(check, Path(tmp) / str(index))
+            if check.mutant:
+                verdict = f"refuted: {outcome.violated}" if outcome.passed else "NOT REFUTED"
+            else:
+                verdict = "holds, full search" if outcome.passed else "VIOLATED"
+            failed += not outcome.passed
+            print(f"{check.name:<62} {outcome.states:>10} {outcome.memory_mb:>7.0f}  {verdict}")
+    print(f"bounds: {' '.join(BOUNDS)}, 2 pod names; {failed} check(s) failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
