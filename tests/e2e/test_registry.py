@@ -32,7 +32,7 @@ import pytest
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
-from apportion_dev.devcluster.registry import push_image
+from apportion_dev.devcluster.registry import buildah, push_image
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,18 +40,6 @@ PAUSE_SOURCE = REPO / "devtools" / "go" / "realnode" / "pause" / "pause.c"
 CHART_VERSION = "0.3.0"
 WHEEL_VERSIONS = ("1.0.0", "1.1.0")
 MAVEN_VERSION = "1.2.3"
-
-
-def buildah(*args: str) -> str:
-    result = subprocess.run(
-        ["buildah", *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "BUILDAH_ISOLATION": "chroot"},
-        check=False,
-    )
-    assert result.returncode == 0, f"buildah {' '.join(args)}:\n{result.stderr}"
-    return result.stdout.strip()
 
 
 def scratch_image(archive: Path, published: str, files: dict[str, Path], entrypoint: str) -> str:

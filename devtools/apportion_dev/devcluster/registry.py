@@ -111,12 +111,14 @@ def push_image(archive: Path, registry: str, published: str | None = None) -> st
     target = f"{registry}/{repository_path(published or archive_name(archive))}"
     with tempfile.TemporaryDirectory(prefix="apportion-push-") as work:
         storage = [f"--root={work}/root", f"--runroot={work}/run", "--storage-driver=vfs"]
-        image = _buildah(*storage, "pull", "--quiet", f"oci-archive:{archive}").split()[-1]
-        _buildah(*storage, "push", "--quiet", "--tls-verify=false", image, f"docker://{target}")
+        image = buildah(*storage, "pull", "--quiet", f"oci-archive:{archive}").split()[-1]
+        buildah(*storage, "push", "--quiet", "--tls-verify=false", image, f"docker://{target}")
     return target
 
 
-def _buildah(*args: str) -> str:
+def buildah(*args: str) -> str:
+    """Run buildah (chroot isolation: no daemon, no user namespaces) and return its output; a
+    failure raises DevClusterError with its stderr."""
     result = subprocess.run(
         ["buildah", *args],
         capture_output=True,
