@@ -48,29 +48,6 @@ def test_the_repository_module_pins_kubernetes_1_36() -> None:
     assert versions.etcd.startswith("v3.6.")
 
 
-def test_a_replace_selects_the_version_a_build_uses() -> None:
-    selected = paths.selected_versions(
-        GO_MOD + "replace k8s.io/utils v0.1.0 => k8s.io/utils v0.2.0\n"
-    )
-    assert selected["k8s.io/api"] == "v0.36.3"  # required nowhere, selected by the replace
-    assert selected["k8s.io/utils"] == "v0.2.0"
-    assert selected["cel.dev/expr"] == "v0.25.1"
-
-
-def test_metrics_server_builds_on_the_control_plane_s_kubernetes_libraries() -> None:
-    """The same k8s.io module versions in both builds let the Go build cache serve
-    metrics-server's apiserver, client-go and the rest from the control plane's build: a cold
-    build of metrics-server took 12 minutes of CI's critical path when they differed."""
-    go = paths.module_dir().parent
-    control_plane = paths.selected_versions((go / "controlplane" / "go.mod").read_text())
-    metrics_server = paths.selected_versions(
-        (go / "realnode" / "metrics-server" / "go.mod").read_text()
-    )
-    shared = [m for m in metrics_server if m.startswith("k8s.io/") and m in control_plane]
-    assert len(shared) >= 5, shared
-    assert {m: metrics_server[m] for m in shared} == {m: control_plane[m] for m in shared}
-
-
 def test_go_mod_without_kubernetes_is_an_error() -> None:
     with pytest.raises(DevClusterError, match=r"k8s\.io/kubernetes"):
         paths.parse_go_mod("module x\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 v3.6.8\n")

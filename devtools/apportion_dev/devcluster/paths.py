@@ -50,21 +50,6 @@ def parse_go_mod(text: str) -> ModuleVersions:
     )
 
 
-_REPLACE = re.compile(
-    r"^[ \t]*(?:replace[ \t]+)?(\S+)(?:[ \t]+v\S+)?[ \t]+=>[ \t]+\S+[ \t]+(v\S+)", re.MULTILINE
-)
-
-
-def selected_versions(text: str) -> dict[str, str]:
-    """Every module a go.mod's text requires, at the version a build uses (a `replace` to
-    another version wins over the `require`)."""
-    selected: dict[str, str] = {}
-    for path, version in _REQUIRE.findall(text):
-        selected.setdefault(path, version)
-    selected.update(_REPLACE.findall(text))
-    return selected
-
-
 def parse_go_version(text: str) -> tuple[int, ...]:
     """`go1.26.8` / `1.26` / `go1.27rc1` → (1, 26, 8) / (1, 26, 0) / (1, 27, 0)."""
     match = re.match(r"(?:go)?(\d+)\.(\d+)(?:\.(\d+))?", text.strip())
