@@ -373,11 +373,18 @@ inline handle(p) {
     :: else -> break
     od;
     vEp[p] = cm.ep;
+    printf("EV view %d %d\n", p, cm.ep);
+    j = 0;
+    do
+    :: j < NU -> printf("WK %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1); j++
+    :: else -> break
+    od;
     j = 0; ow = 0; w = 0
 }
 
 /* A process that dies (container restart, or the pod deleted) loses everything it held. */
 inline process_gone(p) {
+    printf("EV down %d\n", p);
     up[p] = 0; vEp[p] = 0; vMine[p] = 0; vRel[p] = 0; fin[p] = 0; age[p] = 0;
     j = 0;
     do
@@ -419,9 +426,11 @@ end:
         age[p] = 0 }
 #endif
     /* a release finished */
-    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0 }
+    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
+        printf("EV finished %d 0\n", p) }
 #if NU > 1
-    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0 }
+    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
+        printf("EV finished %d 1\n", p) }
 #endif
     /* the ack, on its own pod */
     :: d_step { up[p] && present[p] &&
@@ -444,8 +453,8 @@ end:
     :: d_step { present[p] -> process_gone(p); present[p] = 0; term[p] = 0;
         ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0; printf("EV gone %d\n", p) }
     /* a new incarnation of the name (StatefulSet) */
-    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++; process_starts(p);
-        printf("EV pod %d %d\n", p, uid[p]) }
+    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
+        printf("EV pod %d %d\n", p, uid[p]); process_starts(p) }
 #endif
     od
 }

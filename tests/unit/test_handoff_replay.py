@@ -20,8 +20,14 @@ How the model's abstractions map onto the engine's inputs:
     read, rolled back is the table before the last write read back;
   - a terminated pod is WorkerPod(terminating=True); a deleted one leaves the live pods and its
     ack goes with it; a pass writes nothing above MAXE (the model's bound on epochs).
-The worker side (plan_worker and the serving lease) is not replayed here: the model's worker
-rule is compared with the engine's only through what the workers ack.
+  - a worker process is a `WorkerState` (created when the model's process starts, dropped when
+    it goes down); each table the model's worker handles (`view`) is received and its
+    transition run, stops and acquisitions returning at once, a release until the model's
+    `finished`. After each view the tokens held per unit are compared, except for a unit whose
+    release the engine's worker is still finishing (see `Held`).
+Not replayed: the serving lease's clock (the model's `age`/`rdl`, checked by test_handoff_spin
+and test_serving_lease_model.py) and the acks' content as the worker computes it (the model's
+acks are fed to the engine as written).
 
 Random simulations of the correct model must agree at every pass; each mutant's counterexample
 must disagree, at a pass where the engine keeps the rule the mutant dropped. Under CI=true a
@@ -41,10 +47,18 @@ from typing import Any
 import pytest
 from scripts.model_check import MODEL, MUTANTS, Check, defines_of, run
 
-from apportion.api.assignment import Ack, AssignmentTable, Release, ResourceRef, UnitState
+from apportion.api.assignment import (
+    Ack,
+    AssignmentTable,
+    Incarnation,
+    Release,
+    ResourceRef,
+    UnitState,
+)
 from apportion.api.pods import WorkerPod
 from apportion.engine.handoff import step
 from apportion.engine.set_state import SetState
+from apportion.worker import WorkerState
 from tests.support.present import present
 
 pytestmark = pytest.mark.skipif(
@@ -57,7 +71,7 @@ NONE = 2  # the model's NP: no pod
 T0 = 1_000_000.0  # the operator's clock at tick 0
 Unit = tuple[int, int, int, int, int]
 """Owner, token, releasing, to, release epoch (to and epoch 0 when not releasing)."""
-MARKER = re.compile(r"^(EV|ST) (.*)$", re.MULTILINE)
+MARKER = re.compile(r"^(EV|ST|WK) (.*)$", re.MULTILINE)
 
 
 def _define(defines: list[str], name: str) -> int:
@@ -93,8 +107,31 @@ class Engine:
     before: AssignmentTable | None = None
     """The table before the last write (a rollback restores it)."""
 
+    workers: dict[str, WorkerState] = field(default_factory=dict)
+    """Each pod's running worker process (the model's `up`)."""
+
     def __post_init__(self) -> None:
         self.pods = {f"p{p}": WorkerPod(f"p{p}", f"p{p}-1") for p in (0, 1)}
+        self.workers = {name: self._process(name) for name in self.pods}
+
+    def _process(self, name: str) -> WorkerState:
+        return WorkerState(
+            Incarnation(name, self.pods[name].uid), SET.kind, SET.namespace, SET.name
+        )
+
+    def view(self, pod: int) -> Held:
+        """The worker of `pod` handles the published table (`WorkerState` as `Worker` runs it:
+        stops and acquisitions return at once, releases run until `finished`)."""
+        name = f"p{pod}"
+        worker = self.workers.get(name) or self.workers.setdefault(name, self._process(name))
+        worker.receive(self.table or self.template())
+        transition = worker.next_transition()
+        if transition is not None:
+            worker.stopped(transition.stop)
+            worker.acquired(transition.acquire)
+        return tuple(
+            None if str(u) in worker.busy else worker.held.get(str(u), 0) for u in range(self.count)
+        )
         self.target = {str(u): None for u in range(self.count)}
 
     def template(self) -> AssignmentTable:
@@ -116,6 +153,10 @@ class Engine:
                 self.acks.pop(f"p{pod}", None)
             case "pod", [pod, uid]:
                 self.pods[f"p{pod}"] = WorkerPod(f"p{pod}", f"p{pod}-{uid}")
+            case "finished", [pod, unit]:
+                self.workers[f"p{pod}"].released([str(unit)])
+            case "down", [pod]:
+                self.workers.pop(f"p{pod}").drop_all()
             case "report", [epoch]:
                 self.status["epoch"] = epoch
             case "crash", []:
@@ -173,6 +214,21 @@ def _unit(state: UnitState) -> Unit:
     return owner, state.epoch, 1, to, release.epoch
 
 
+Held = tuple[int | None, ...]
+"""Per unit: the token a worker holds (0: none); None while the engine's worker is finishing a
+release, which it does to the end before it stops or acquires the unit again (the model's worker
+drops it at once, or keeps serving it when the release is cancelled): not compared."""
+
+
+@dataclass(frozen=True)
+class View:
+    """A worker handled a table: what the model's worker holds after it, and the engine's."""
+
+    pod: int
+    model: Held
+    engine: Held
+
+
 @dataclass(frozen=True)
 class Pass:
     """One operator pass of a model run: the model's table and the engine's, after it."""
@@ -182,15 +238,28 @@ class Pass:
     engine_before: Published | None
 
 
-def replay(output: str, defines: list[str]) -> Iterator[Pass]:
+def replay(output: str, defines: list[str]) -> Iterator[Pass | View]:
     """The model's run (its printed markers) fed to the engine, pass by pass."""
     count = _define(defines, "NU")
     engine = Engine(count, float(_define(defines, "TMIN")), _define(defines, "MAXE"))
     lines = [(m.group(1), m.group(2).split()) for m in MARKER.finditer(output)]
     for index, (tag, words) in enumerate(lines):
-        if tag == "ST":
+        if tag != "EV":
             continue
         kind, args = words[0], [int(w) for w in words[1:]]
+        following = [
+            [int(w) for w in words]
+            for tag, words in lines[index + 1 : index + 1 + count]
+            if tag != "EV"
+        ]  # the unit lines after a view or a pass
+        if kind == "view":
+            seen = engine.view(args[0])
+            model_held = tuple(
+                None if mine is None else held
+                for mine, (_, held, _) in zip(seen, following, strict=True)
+            )
+            yield View(args[0], model_held, seen)
+            continue
         if kind != "pass":
             engine.event(kind, args)
             continue
@@ -199,12 +268,14 @@ def replay(output: str, defines: list[str]) -> Iterator[Pass]:
         ok, epoch, m0, m1 = args
         units = tuple(
             (own, tok, rel, to if rel else 0, rep if rel else 0)
-            for _, own, tok, rel, to, rep in (
-                [int(w) for w in words] for _, words in lines[index + 1 : index + 1 + count]
-            )
+            for _, own, tok, rel, to, rep in following
         )
         model = Published(epoch, (m0, m1), units) if ok else None
         yield Pass(model, engine.published(), before)
+
+
+def _passes(output: str, defines: list[str]) -> list[Pass]:
+    return [one for one in replay(output, defines) if isinstance(one, Pass)]
 
 
 def _spin(args: list[str], cwd: Path) -> str:
@@ -232,11 +303,16 @@ def test_engine_agrees_with_the_model_at_every_pass(
 ) -> None:
     defines = defines_of(Check(name, ("-DMAXE=40", "-DTMIN=2", *extra)))
     output = _spin([*defines, "-u20000", f"-n{seed}", str(MODEL)], tmp_path)
-    passes = list(replay(output, defines))
+    steps = list(replay(output, defines))
+    passes = [one for one in steps if isinstance(one, Pass)]
+    views = [one for one in steps if isinstance(one, View)]
+    assert len(views) >= 2, f"no worker handled a table:\n{output}"
     written = {p.model for p in passes if p.model is not None and p.model.epoch > 0}
     assert len(written) >= 2, f"the run wrote too few tables to compare:\n{output}"
     for number, one in enumerate(passes):
         assert one.engine == one.model, f"pass {number}: the engine drifted from the model"
+    for number, seen in enumerate(views):
+        assert seen.engine == seen.model, f"view {number}: the worker drifted from the model"
 
 
 # --- the mutants' counterexamples ----------------------------------------------------------
@@ -313,7 +389,7 @@ def test_engine_keeps_the_rule_each_mutant_dropped(check: Check, tmp_path: Path)
     outcome = run(check, tmp_path, model)
     assert outcome.errors >= 1, outcome.output
     defines = defines_of(check)
-    passes = list(replay(_spin([*defines, "-t", model.name], tmp_path), defines))
+    passes = _passes(_spin([*defines, "-t", model.name], tmp_path), defines)
     differ = [one for one in passes if one.model != one.engine]
     assert differ, f"{check.rule}: the engine follows the mutant's counterexample all the way"
     assert KEPT[check.name](differ[0]), f"{check.rule}: {differ[0]}"
@@ -327,7 +403,7 @@ def test_lease_mutant_is_no_operator_change(tmp_path: Path) -> None:
     model.write_text(MODEL.read_text())
     assert run(check, tmp_path, model).errors >= 1
     defines = defines_of(check)
-    passes = list(replay(_spin([*defines, "-t", model.name], tmp_path), defines))
+    passes = _passes(_spin([*defines, "-t", model.name], tmp_path), defines)
     assert passes, "the trail has operator passes"
     assert all(one.model == one.engine for one in passes)
 
