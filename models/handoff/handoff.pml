@@ -277,6 +277,18 @@ inline advance() {
     fi
 }
 
+/* Replay markers (tests/unit/test_handoff_replay.py): a line per event, `EV kind args`, and
+ * after each pass the published table, `ST ...`. Printed in simulation only: pan ignores them. */
+inline show_table() {
+    printf("EV pass %d %d %d %d\n", cmOk, cm.ep, cm.muid[0], cm.muid[1]);
+    i = 0;
+    do
+    :: i < NU -> printf("ST %d %d %d %d %d %d\n", i, cm.u[i].own, cm.u[i].tok, cm.u[i].rel, cm.u[i].to, cm.u[i].rep); i++
+    :: else -> break
+    od;
+    i = 0
+}
+
 /* One pass of the operator: read the table, repair it or step it, write at most one table. */
 inline operator_pass() {
     recover();
@@ -320,6 +332,7 @@ inline operator_pass() {
         :: else -> skip
         fi
     fi;
+    show_table();
     clear_table(nt);
     i = 0; j = 0; hi = 0; ow = 0; w = 0; dest = 0; alive = 0; park = 0; acked = 0; dirty = 0
 }
@@ -360,11 +373,18 @@ inline handle(p) {
     :: else -> break
     od;
     vEp[p] = cm.ep;
+    printf("EV view %d %d\n", p, cm.ep);
+    j = 0;
+    do
+    :: j < NU -> printf("WK %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1); j++
+    :: else -> break
+    od;
     j = 0; ow = 0; w = 0
 }
 
 /* A process that dies (container restart, or the pod deleted) loses everything it held. */
 inline process_gone(p) {
+    printf("EV down %d\n", p);
     up[p] = 0; vEp[p] = 0; vMine[p] = 0; vRel[p] = 0; fin[p] = 0; age[p] = 0;
     j = 0;
     do
@@ -406,14 +426,17 @@ end:
         age[p] = 0 }
 #endif
     /* a release finished */
-    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0 }
+    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
+        printf("EV finished %d 0\n", p) }
 #if NU > 1
-    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0 }
+    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
+        printf("EV finished %d 1\n", p) }
 #endif
     /* the ack, on its own pod */
     :: d_step { up[p] && present[p] &&
         (ackUid[p] != uid[p] || ackEp[p] != vEp[p] || ackPend[p] != (fin[p] & vRel[p])) ->
-        ackUid[p] = uid[p]; ackEp[p] = vEp[p]; ackPend[p] = fin[p] & vRel[p] }
+        ackUid[p] = uid[p]; ackEp[p] = vEp[p]; ackPend[p] = fin[p] & vRel[p];
+        printf("EV ack %d %d %d %d\n", p, ackUid[p], ackEp[p], ackPend[p]) }
     /* a fenced write to the store */
     :: d_step { SERVES(p, 0) -> fenced_write(p, 0) }
 #if NU > 1
@@ -426,11 +449,12 @@ end:
 #endif
 #ifdef PODS
     /* the pod is terminated (deletionTimestamp, SIGTERM), then deleted once its process is gone */
-    :: d_step { present[p] && !term[p] -> term[p] = 1 }
+    :: d_step { present[p] && !term[p] -> term[p] = 1; printf("EV term %d\n", p) }
     :: d_step { present[p] -> process_gone(p); present[p] = 0; term[p] = 0;
-        ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0 }
+        ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0; printf("EV gone %d\n", p) }
     /* a new incarnation of the name (StatefulSet) */
-    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++; process_starts(p) }
+    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
+        printf("EV pod %d %d\n", p, uid[p]); process_starts(p) }
 #endif
     od
 }
@@ -463,8 +487,8 @@ active proctype world() {
 end:
     do
     :: d_step { operator_pass() }
-    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep }   /* status.epoch reported */
-    :: d_step { hasMem && crashes < CRASHES -> crashes++; hasMem = 0; clear_table(mem);
+    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }   /* status.epoch reported */
+    :: d_step { hasMem && crashes < CRASHES -> crashes++; hasMem = 0; clear_table(mem); printf("EV crash\n");
         i = 0;
         do
         :: i < NU -> tmo[i] = 0; i++
@@ -472,19 +496,20 @@ end:
         od;
         i = 0 }
     /* the placement's target moves */
-    :: d_step { tgt[0] != 0 -> tgt[0] = 0 }
-    :: d_step { tgt[0] != 1 -> tgt[0] = 1 }
-    :: d_step { tgt[0] != NONE -> tgt[0] = NONE }
+    :: d_step { tgt[0] != 0 -> tgt[0] = 0; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { tgt[0] != 1 -> tgt[0] = 1; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { tgt[0] != NONE -> tgt[0] = NONE; printf("EV target 0 %d\n", tgt[0]) }
 #if NU > 1
-    :: d_step { tgt[1] != 0 -> tgt[1] = 0 }
-    :: d_step { tgt[1] != 1 -> tgt[1] = 1 }
-    :: d_step { tgt[1] != NONE -> tgt[1] = NONE }
+    :: d_step { tgt[1] != 0 -> tgt[1] = 0; printf("EV target 1 %d\n", tgt[1]) }
+    :: d_step { tgt[1] != 1 -> tgt[1] = 1; printf("EV target 1 %d\n", tgt[1]) }
+    :: d_step { tgt[1] != NONE -> tgt[1] = NONE; printf("EV target 1 %d\n", tgt[1]) }
 #endif
     /* the table deleted, or rolled back to the one before */
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 0 -> attacks++; cmOk = 0 }
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 1 -> attacks++; copy_table(cm, old) }
+    :: d_step { cmOk && attacks < ATTACKS && lastEp > 0 -> attacks++; cmOk = 0; printf("EV delete\n") }
+    :: d_step { cmOk && attacks < ATTACKS && lastEp > 1 -> attacks++; copy_table(cm, old); printf("EV rollback\n") }
     /* time passes */
     :: d_step {
+        printf("EV tick\n");
         i = 0;
         do
         :: i < NU -> if :: hasMem && mem.u[i].rel && tmo[i] < TMIN -> tmo[i]++ :: else -> skip fi; i++

@@ -1,0 +1,414 @@
+"""The Spin model and the Python engine must not drift (issue 33; docs/handoff.md "How we
+know"): the model's own runs are replayed through the real code, event by event.
+
+The model (models/handoff/handoff.pml) prints, in simulation only, a line per event (`EV kind
+args`) and after each operator pass the table it published (`EV pass ...` then `ST ...` per
+unit). The replay feeds the same events to `engine.handoff.step`, `engine.handoff.recover`
+through `SetState` (resume, reservation, written, fence, from_status on a restart), exactly as a
+controller's pass does, and compares the published table after every pass.
+
+How the model's abstractions map onto the engine's inputs:
+  - pod name p (0, 1) is member "p<p>"; incarnation k of it (the model's uid[p]) has uid
+    "p<p>-<k>"; the model's members (muid) are the table's member incarnations;
+  - unit i is unit "<i>"; owner NONE (2) is no owner; a unit's token `tok` is UnitState.epoch;
+    `rel`/`to`/`rep` are `releasing`, its `to` (NONE: to nobody) and its epoch;
+  - time is discrete: `tick` advances the operator's clock by one second and handoffTimeout is
+    TMIN seconds, so the model's tick counters (tmo, fenceAge) are differences of `now`;
+  - the ack annotation is Ack(uid, epoch, pending) with the model's ackUid, ackEp, ackPend;
+  - the status is {"reservedEpoch", "epoch", "fencedUntil"} as SetState writes and reads it;
+    an operator crash is a new SetState.from_status(status); the table deleted is no table
+    read, rolled back is the table before the last write read back;
+  - a terminated pod is WorkerPod(terminating=True); a deleted one leaves the live pods and its
+    ack goes with it; a pass writes nothing above MAXE (the model's bound on epochs).
+  - a worker process is a `WorkerState` (created when the model's process starts, dropped when
+    it goes down); each table the model's worker handles (`view`) is received and its
+    transition run, stops and acquisitions returning at once, a release until the model's
+    `finished`. After each view the tokens held per unit are compared, except for a unit whose
+    release the engine's worker is still finishing (see `Held`).
+Not replayed: the serving lease's clock (the model's `age`/`rdl`, checked by test_handoff_spin
+and test_serving_lease_model.py) and the acks' content as the worker computes it (the model's
+acks are fed to the engine as written).
+
+Random simulations of the correct model must agree at every pass; each mutant's counterexample
+must disagree, at a pass where the engine keeps the rule the mutant dropped. Under CI=true a
+missing spin fails (conftest turns skips into errors).
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripts.model_check import MODEL, MUTANTS, Check, defines_of, run
+
+from apportion.api.assignment import (
+    Ack,
+    AssignmentTable,
+    Incarnation,
+    Release,
+    ResourceRef,
+    UnitState,
+)
+from apportion.api.pods import WorkerPod
+from apportion.engine.handoff import step
+from apportion.engine.set_state import SetState
+from apportion.worker import WorkerState
+from tests.support.present import present
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("spin") is None or shutil.which("cc") is None,
+    reason="spin or cc missing (apt-get install spin; make native-deps)",
+)
+
+SET = ResourceRef("PartitionSet", "default", "demo", "set-uid")
+NONE = 2  # the model's NP: no pod
+T0 = 1_000_000.0  # the operator's clock at tick 0
+Unit = tuple[int, int, int, int, int]
+"""Owner, token, releasing, to, release epoch (to and epoch 0 when not releasing)."""
+MARKER = re.compile(r"^(EV|ST|WK) (.*)$", re.MULTILINE)
+
+
+def _define(defines: list[str], name: str) -> int:
+    values = [d.split("=")[1] for d in defines if d.split("=")[0] == f"-D{name}"]
+    if not values:
+        raise ValueError(f"{name} is not set in {defines}")
+    return int(values[-1])
+
+
+@dataclass(frozen=True)
+class Published:
+    """The table after a pass as the model prints it: None when there is no ConfigMap."""
+
+    epoch: int
+    members: tuple[int, int]
+    units: tuple[Unit, ...]
+
+
+@dataclass
+class Engine:
+    """The real code in the place of the model's operator, fed the model's events."""
+
+    count: int
+    timeout: float
+    max_epoch: int
+    now: float = T0
+    pods: dict[str, WorkerPod] = field(default_factory=dict)
+    acks: dict[str, Ack] = field(default_factory=dict)
+    target: dict[str, str | None] = field(default_factory=dict)
+    status: dict[str, Any] = field(default_factory=dict)
+    state: SetState = field(default_factory=SetState)
+    table: AssignmentTable | None = None
+    before: AssignmentTable | None = None
+    """The table before the last write (a rollback restores it)."""
+
+    workers: dict[str, WorkerState] = field(default_factory=dict)
+    """Each pod's running worker process (the model's `up`)."""
+
+    def __post_init__(self) -> None:
+        self.pods = {f"p{p}": WorkerPod(f"p{p}", f"p{p}-1") for p in (0, 1)}
+        self.workers = {name: self._process(name) for name in self.pods}
+
+    def _process(self, name: str) -> WorkerState:
+        return WorkerState(
+            Incarnation(name, self.pods[name].uid), SET.kind, SET.namespace, SET.name
+        )
+
+    def view(self, pod: int) -> Held:
+        """The worker of `pod` handles the published table (`WorkerState` as `Worker` runs it:
+        stops and acquisitions return at once, releases run until `finished`)."""
+        name = f"p{pod}"
+        worker = self.workers.get(name) or self.workers.setdefault(name, self._process(name))
+        worker.receive(self.table or self.template())
+        transition = worker.next_transition()
+        if transition is not None:
+            worker.stopped(transition.stop)
+            worker.acquired(transition.acquire)
+        return tuple(
+            None if str(u) in worker.busy else worker.held.get(str(u), 0) for u in range(self.count)
+        )
+        self.target = {str(u): None for u in range(self.count)}
+
+    def template(self) -> AssignmentTable:
+        return AssignmentTable.initial(SET, generation=1, key_scheme="netherite", count=self.count)
+
+    def event(self, kind: str, args: list[int]) -> None:
+        match kind, args:
+            case "tick", []:
+                self.now += 1
+            case "target", [unit, pod]:
+                self.target[str(unit)] = None if pod == NONE else f"p{pod}"
+            case "ack", [pod, uid, epoch, pending]:
+                gone = frozenset(str(u) for u in range(self.count) if pending & (1 << u))
+                self.acks[f"p{pod}"] = Ack(f"p{pod}-{uid}", epoch, gone)
+            case "term", [pod]:
+                self.pods[f"p{pod}"] = replace(self.pods[f"p{pod}"], terminating=True)
+            case "gone", [pod]:
+                del self.pods[f"p{pod}"]
+                self.acks.pop(f"p{pod}", None)
+            case "pod", [pod, uid]:
+                self.pods[f"p{pod}"] = WorkerPod(f"p{pod}", f"p{pod}-{uid}")
+            case "finished", [pod, unit]:
+                self.workers[f"p{pod}"].released([str(unit)])
+            case "down", [pod]:
+                self.workers.pop(f"p{pod}").drop_all()
+            case "report", [epoch]:
+                self.status["epoch"] = epoch
+            case "crash", []:
+                self.state = SetState.from_status(self.status)
+            case "delete", []:
+                self.table = None
+            case "rollback", []:
+                self.table = self.before
+            case _:
+                raise ValueError(f"unknown event {kind} {args}")
+
+    def operator_pass(self) -> None:
+        """One pass, as the controller runs it: resume (repair first), the fence, one step."""
+        table, repair = self.state.resume(
+            self.table, None, self.status, self.template(), self.now, self.timeout
+        )
+        if repair is not None:
+            self._write(repair.table)
+            return
+        if self.state.fence(self.now) is not None:
+            return
+        decision = step(
+            table,
+            self.target,
+            self.acks,
+            self.pods,
+            self.now,
+            self.timeout,
+            releases_known=self.state.known_releases(),
+        )
+        new = decision.new_table
+        if new is not None and new.epoch <= self.max_epoch:
+            self._write(new)
+
+    def _write(self, table: AssignmentTable) -> None:
+        self.status.update(self.state.reservation(table) or {})
+        self.before, self.table = self.table, table
+        self.state.written(table, self.now)
+
+    def published(self) -> Published | None:
+        if self.table is None:
+            return None
+        uids = self.table.member_uids
+        members = tuple(int(uids[f"p{p}"].split("-")[1]) if f"p{p}" in uids else 0 for p in (0, 1))
+        units = tuple(_unit(self.table.units[str(u)]) for u in range(self.count))
+        return Published(self.table.epoch, (members[0], members[1]), units)
+
+
+def _unit(state: UnitState) -> Unit:
+    owner = NONE if state.owner is None else int(state.owner[1:])
+    release = state.releasing
+    if release is None:
+        return owner, state.epoch, 0, 0, 0
+    to = NONE if release.to is None else int(release.to[1:])
+    return owner, state.epoch, 1, to, release.epoch
+
+
+Held = tuple[int | None, ...]
+"""Per unit: the token a worker holds (0: none); None while the engine's worker is finishing a
+release, which it does to the end before it stops or acquires the unit again (the model's worker
+drops it at once, or keeps serving it when the release is cancelled): not compared."""
+
+
+@dataclass(frozen=True)
+class View:
+    """A worker handled a table: what the model's worker holds after it, and the engine's."""
+
+    pod: int
+    model: Held
+    engine: Held
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One operator pass of a model run: the model's table and the engine's, after it."""
+
+    model: Published | None
+    engine: Published | None
+    engine_before: Published | None
+
+
+def replay(output: str, defines: list[str]) -> Iterator[Pass | View]:
+    """The model's run (its printed markers) fed to the engine, pass by pass."""
+    count = _define(defines, "NU")
+    engine = Engine(count, float(_define(defines, "TMIN")), _define(defines, "MAXE"))
+    lines = [(m.group(1), m.group(2).split()) for m in MARKER.finditer(output)]
+    for index, (tag, words) in enumerate(lines):
+        if tag != "EV":
+            continue
+        kind, args = words[0], [int(w) for w in words[1:]]
+        following = [
+            [int(w) for w in words]
+            for tag, words in lines[index + 1 : index + 1 + count]
+            if tag != "EV"
+        ]  # the unit lines after a view or a pass
+        if kind == "view":
+            seen = engine.view(args[0])
+            model_held = tuple(
+                None if mine is None else held
+                for mine, (_, held, _) in zip(seen, following, strict=True)
+            )
+            yield View(args[0], model_held, seen)
+            continue
+        if kind != "pass":
+            engine.event(kind, args)
+            continue
+        before = engine.published()
+        engine.operator_pass()
+        ok, epoch, m0, m1 = args
+        units = tuple(
+            (own, tok, rel, to if rel else 0, rep if rel else 0)
+            for _, own, tok, rel, to, rep in following
+        )
+        model = Published(epoch, (m0, m1), units) if ok else None
+        yield Pass(model, engine.published(), before)
+
+
+def _passes(output: str, defines: list[str]) -> list[Pass]:
+    return [one for one in replay(output, defines) if isinstance(one, Pass)]
+
+
+def _spin(args: list[str], cwd: Path) -> str:
+    done = subprocess.run(
+        ["nice", "-n", "10", "spin", "-T", *args], cwd=cwd, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+# --- random runs of the correct model ------------------------------------------------------
+
+SIMULATIONS = (
+    [("hand-offs", ("-DNU=2",), seed) for seed in (1, 2, 3)]
+    + [("pods", ("-DNU=1", "-DPODS", "-DMAXINC=3"), seed) for seed in (2, 8, 12)]
+    + [("crash+table", ("-DNU=1", "-DCRASHES=2", "-DATTACKS=2"), seed) for seed in (6, 7, 8)]
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "extra", "seed"), SIMULATIONS, ids=[f"{n}-{s}" for n, _, s in SIMULATIONS]
+)
+def test_engine_agrees_with_the_model_at_every_pass(
+    name: str, extra: tuple[str, ...], seed: int, tmp_path: Path
+) -> None:
+    defines = defines_of(Check(name, ("-DMAXE=40", "-DTMIN=2", *extra)))
+    output = _spin([*defines, "-u20000", f"-n{seed}", str(MODEL)], tmp_path)
+    steps = list(replay(output, defines))
+    passes = [one for one in steps if isinstance(one, Pass)]
+    views = [one for one in steps if isinstance(one, View)]
+    assert len(views) >= 2, f"no worker handled a table:\n{output}"
+    written = {p.model for p in passes if p.model is not None and p.model.epoch > 0}
+    assert len(written) >= 2, f"the run wrote too few tables to compare:\n{output}"
+    for number, one in enumerate(passes):
+        assert one.engine == one.model, f"pass {number}: the engine drifted from the model"
+    for number, seen in enumerate(views):
+        assert seen.engine == seen.model, f"view {number}: the worker drifted from the model"
+
+
+# --- the mutants' counterexamples ----------------------------------------------------------
+
+
+def _tables(one: Pass) -> tuple[Published, Published, Published]:
+    """Before the pass (the engine's), after it in the model, after it in the engine."""
+    return (
+        present(one.engine_before, "no table before the pass"),
+        present(one.model, "the model has no table"),
+        present(one.engine, "the engine has no table"),
+    )
+
+
+def _units(one: Pass) -> list[tuple[Unit, Unit, Unit]]:
+    before, model, engine = _tables(one)
+    return list(zip(before.units, model.units, engine.units, strict=True))
+
+
+def _waits_for_ack(one: Pass) -> bool:
+    """The mutant granted a releasing unit on; the engine still has its owner releasing it."""
+    return any(b[2] == 1 and m[0] != b[0] and e[0] == b[0] and e[2] == 1 for b, m, e in _units(one))
+
+
+def _new_token(one: Pass) -> bool:
+    """Both moved the unit; the mutant kept its token, the engine's is the write's epoch."""
+    epoch = _tables(one)[2].epoch
+    return any(
+        m[0] == e[0] != b[0] and m[1] == b[1] and e[1] == epoch > b[1] for b, m, e in _units(one)
+    )
+
+
+def _releases_to_nobody(one: Pass) -> bool:
+    """The mutant unowned a leaving owner's unit at once; the engine releases it to nobody."""
+    return any(
+        b[2] == 0 and m[0] == NONE and e[0] == b[0] and e[2:4] == (1, NONE)
+        for b, m, e in _units(one)
+    )
+
+
+def _above_reservation(one: Pass) -> bool:
+    """The mutant's repair reused an epoch; the engine's is above every one reserved."""
+    model = present(one.model, "the model has no table")
+    return present(one.engine, "the engine has no table").epoch > model.epoch
+
+
+def _fence_waited(one: Pass) -> bool:
+    """The mutant placed units while fenced; the engine's table stays the fence."""
+    before, _, engine = _tables(one)
+    unowned = all(e[0] == NONE for _, _, e in _units(one))
+    placed = any(m[0] != NONE for _, m, _ in _units(one))
+    return engine == before and unowned and placed
+
+
+KEPT: dict[str, Callable[[Pass], bool]] = {
+    "M_NO_ACK_WAIT": _waits_for_ack,
+    "M_ACK_EPOCH_IGNORED": _waits_for_ack,
+    "M_TOKEN_KEPT": _new_token,
+    "M_NOBODY_WITHOUT_RELEASE": _releases_to_nobody,
+    "M_REPAIR_IGNORES_RESERVATION": _above_reservation,
+    "M_FENCE_NOT_WAITED": _fence_waited,
+}
+"""Per mutant: the engine keeps the rule it dropped, at the first pass where the two differ.
+M_LEASE_OUTLIVES_TIMEOUT is the worker's lease, not the operator's: its trail replays with no
+difference at all (below)."""
+
+REPLAYED = [c for c in MUTANTS if c.name in KEPT]
+
+
+@pytest.mark.parametrize("check", REPLAYED, ids=[c.name for c in REPLAYED])
+def test_engine_keeps_the_rule_each_mutant_dropped(check: Check, tmp_path: Path) -> None:
+    model = tmp_path / "handoff.pml"
+    model.write_text(MODEL.read_text())
+    outcome = run(check, tmp_path, model)
+    assert outcome.errors >= 1, outcome.output
+    defines = defines_of(check)
+    passes = _passes(_spin([*defines, "-t", model.name], tmp_path), defines)
+    differ = [one for one in passes if one.model != one.engine]
+    assert differ, f"{check.rule}: the engine follows the mutant's counterexample all the way"
+    assert KEPT[check.name](differ[0]), f"{check.rule}: {differ[0]}"
+
+
+def test_lease_mutant_is_no_operator_change(tmp_path: Path) -> None:
+    """The operator's decisions along the lease mutant's trail are the engine's: what breaks
+    StopServing there is the worker serving past handoffTimeout, the lease's inequality."""
+    (check,) = [c for c in MUTANTS if c.name == "M_LEASE_OUTLIVES_TIMEOUT"]
+    model = tmp_path / "handoff.pml"
+    model.write_text(MODEL.read_text())
+    assert run(check, tmp_path, model).errors >= 1
+    defines = defines_of(check)
+    passes = _passes(_spin([*defines, "-t", model.name], tmp_path), defines)
+    assert passes, "the trail has operator passes"
+    assert all(one.model == one.engine for one in passes)
+
+
+def test_release_mapping_is_the_model_encoding() -> None:
+    """The mapping itself: a release to nobody and an unowned unit, as the model prints them."""
+    assert _unit(UnitState("p1", 3, Release(None, T0, 4))) == (1, 3, 1, NONE, 4)
+    assert _unit(UnitState(None, 5)) == (NONE, 5, 0, 0, 0)
