@@ -123,7 +123,7 @@ def packages(sbom: Path) -> set[str]:
     return {component["name"].lower() for component in document["components"]}
 
 
-@pytest.mark.one_per_machine  # buildah as root, beside no other image build
+@pytest.mark.realnode  # buildah as root, beside no other image build (one per machine)
 def test_the_images_carry_their_annotations_and_sboms_of_what_they_hold(tmp_path: Path) -> None:
     revision = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True, check=True

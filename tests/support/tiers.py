@@ -14,10 +14,13 @@ REAL_NODE_FIXTURES = {"real_cluster", "installed_operator"}
 
 
 def tier(item: pytest.Item) -> str:
+    """unit by place; realnode by a real-node fixture, the file name, or an explicit
+    `realnode` mark (a test that needs root without a real node, e.g. buildah); else e2e."""
     if TESTS / "unit" in item.path.parents:
         return "unit"
     real = REAL_NODE_FIXTURES & set(getattr(item, "fixturenames", ()))
-    return "realnode" if real or item.path.name.startswith("test_real_node") else "e2e"
+    marked = item.get_closest_marker("realnode") is not None
+    return "realnode" if real or marked or item.path.name.startswith("test_real_node") else "e2e"
 
 
 def cannot_run(tier_name: str) -> str | None:

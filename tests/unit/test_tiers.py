@@ -13,8 +13,12 @@ from tests.support import tiers
 TESTS = tiers.TESTS
 
 
-def item(path: str, *fixtures: str) -> SimpleNamespace:
-    return SimpleNamespace(path=TESTS / path, fixturenames=list(fixtures))
+def item(path: str, *fixtures: str, marks: tuple[str, ...] = ()) -> SimpleNamespace:
+    return SimpleNamespace(
+        path=TESTS / path,
+        fixturenames=list(fixtures),
+        get_closest_marker=lambda name: name if name in marks else None,
+    )
 
 
 def test_each_test_is_in_the_tier_its_place_and_fixtures_say() -> None:
@@ -23,6 +27,9 @@ def test_each_test_is_in_the_tier_its_place_and_fixtures_say() -> None:
     on_node = item("e2e/test_helm_chart.py", "installed_operator")
     assert tiers.tier(on_node) == "realnode"  # type: ignore[arg-type]
     assert tiers.tier(item("e2e/test_real_node_cleanup.py")) == "realnode"  # type: ignore[arg-type]
+    as_root = item("e2e/test_release_artifacts.py", marks=("realnode",))
+    assert tiers.tier(as_root) == "realnode"  # type: ignore[arg-type]
+    assert tiers.tier(item("e2e/test_release_artifacts.py")) == "e2e"  # type: ignore[arg-type]
 
 
 def test_what_a_machine_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
