@@ -23,14 +23,17 @@ class ObjectGone(Exception):
     has not said so yet. Its loop ends when the deletion arrives; nothing failed."""
 
 
-def going_away(error: ApiError) -> bool:
-    """Whether a write failed because its object is gone (404) or because its namespace is
-    being deleted (403 NamespaceTerminating) rather than for lack of a permission."""
+def namespace_terminating(error: ApiError) -> bool:
+    """Whether a write was refused because its namespace is being deleted (403
+    NamespaceTerminating) rather than for lack of a permission."""
     status = error.status
-    if status.code == 404:
-        return True
     causes = (status.details.causes if status.details else None) or []
     return status.code == 403 and any(c.reason == NAMESPACE_TERMINATING for c in causes)
+
+
+def going_away(error: ApiError) -> bool:
+    """Whether a write failed because its object is gone (404) or its namespace is going."""
+    return error.status.code == 404 or namespace_terminating(error)
 
 
 def operator_client() -> AsyncClient:

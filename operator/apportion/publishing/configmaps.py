@@ -30,7 +30,7 @@ from apportion.api.assignment import (
     decode_assignment,
     encode_assignment,
 )
-from apportion.publishing.client import ObjectGone, decode, going_away
+from apportion.publishing.client import ObjectGone, decode, namespace_terminating
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ async def write_conditionally(client: AsyncClient, body: ConfigMap, version: str
             metadata.resourceVersion = version
             written = await client.replace(body)
     except ApiError as error:
-        if error.status.code == 403 and going_away(error):
+        if namespace_terminating(error):
             raise ObjectGone(
                 f"ConfigMap {metadata.name} cannot be written: its namespace is being deleted"
             ) from error
