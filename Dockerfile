@@ -20,7 +20,8 @@ ARG EXTRAS=operator
 # Set (to anything) by the dev-cluster's real node only: the harness and demo of devtools/ go
 # into its image beside the product; the product image never holds them.
 ARG DEVTOOLS=
-COPY pyproject.toml README.md /src/
+# VERSION: both distributions read their version from it (devtools/VERSION links to it).
+COPY pyproject.toml README.md VERSION /src/
 COPY operator /src/operator
 COPY devtools /src/devtools
 # A build behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is

@@ -117,10 +117,11 @@ def archive_annotations(archive: Path) -> tuple[str, dict[str, str]]:
     return entry["annotations"]["org.opencontainers.image.ref.name"], manifest["annotations"]
 
 
-def packages(sbom: Path) -> set[str]:
+def packages(sbom: Path) -> dict[str, str]:
+    """Each package the SBOM lists, with its version."""
     document = json.loads(sbom.read_text())
     assert document["bomFormat"] == "CycloneDX"
-    return {component["name"].lower() for component in document["components"]}
+    return {c["name"].lower(): c.get("version", "") for c in document["components"]}
 
 
 @pytest.mark.realnode  # buildah as root, beside no other image build (one per machine)
@@ -155,7 +156,9 @@ def test_the_images_carry_their_annotations_and_sboms_of_what_they_hold(tmp_path
             assert f"org.opencontainers.image.{name}:{value}" in recorded, name
     operator = packages(release_images.OPERATOR.sbom(tmp_path, VERSION))
     demo = packages(release_images.DEMO.sbom(tmp_path, VERSION))
-    assert {"apportion", "kopf"} <= operator
+    assert {"apportion", "kopf"} <= operator.keys()
     # The product image holds no harness and no PostgreSQL driver; the demo image holds both.
-    assert not {"apportion-devtools", "psycopg"} & operator
-    assert {"apportion", "apportion-devtools", "psycopg"} <= demo
+    assert not {"apportion-devtools", "psycopg"} & operator.keys()
+    assert {"apportion", "apportion-devtools", "psycopg"} <= demo.keys()
+    # What the images installed knows its version (the build context must hold VERSION).
+    assert operator["apportion"] == demo["apportion"] == demo["apportion-devtools"] == VERSION
