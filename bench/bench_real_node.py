@@ -76,9 +76,9 @@ def deployment(cluster: DevCluster) -> float:
 
 
 def operator(cluster: DevCluster) -> float:
-    """`kubectl apply -k` of the overlay the e2e tests use, until both replicas are Ready."""
+    """`kubectl apply -k manifests/`, as the e2e tests do, until both replicas are Ready."""
     began = time.monotonic()
-    cluster.kubectl("apply", "-k", str(REPO / "devtools" / "overlays" / "local-image"))
+    cluster.kubectl("apply", "-k", str(REPO / "manifests"))
     cluster.kubectl(
         "rollout",
         "status",

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from apportion_dev.devcluster.realnode.images import published_names
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -225,7 +227,7 @@ class Demo:
         assert len(pods) == 2
         for pod in pods:
             (container,) = pod["status"]["containerStatuses"]
-            assert container["image"] == "localhost/apportion:dev"
+            assert container["image"] == published_names()[0]  # the operator's, as manifests/ say
             assert container["ready"] is True
 
     def check_three_kinds_under_traffic(self) -> None:

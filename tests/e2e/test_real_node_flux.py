@@ -20,7 +20,6 @@ import yaml
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
-from apportion_dev.devcluster.realnode.images import for_real_node
 from apportion_dev.gitserver import GitServer
 from tests.support.flux import GitOps, SetWatch, apply_results, condition, managers
 
@@ -32,7 +31,7 @@ SET, WORKERS = "demo", "demo-workers"
 @pytest.fixture(scope="module")
 def installed_operator(real_cluster: DevCluster) -> DevCluster:
     """The operator as a user installs it, from the image built here."""
-    real_cluster.kubectl("apply", "-k", str(REPO_ROOT / "devtools" / "overlays" / "local-image"))
+    real_cluster.kubectl("apply", "-k", str(REPO_ROOT / "manifests"))
     real_cluster.kubectl(
         "rollout", "status", "-n", SYSTEM, "statefulset/apportion-operator", "--timeout=180s"
     )
@@ -51,9 +50,7 @@ def real_flux(
 
 
 def sample(replicas: int, partitions: int | None) -> dict[str, list[dict[str, Any]]]:
-    text = for_real_node(
-        (REPO_ROOT / "manifests" / "samples" / "partitionset-demo.yaml").read_text()
-    )
+    text = (REPO_ROOT / "manifests" / "samples" / "partitionset-demo.yaml").read_text()
     objects = [o for o in yaml.safe_load_all(text) if o]
     kept = []
     for obj in objects:

@@ -27,10 +27,12 @@ import yaml
 
 from apportion_dev.devcluster import DevCluster, KubectlError
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
-from apportion_dev.devcluster.realnode.images import IMAGE, for_real_node
+from apportion_dev.devcluster.realnode.images import published_names
 from apportion_dev.devcluster.realnode.node import NODE_NAME
 from tests.support.postgres import PostgresServer
 from tests.support.unitset import Ownership, overlap_spans, overlaps, ownership_lines, read_table
+
+OPERATOR_IMAGE, DEMO_IMAGE = published_names()  # the built image, as the node names it
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"
@@ -144,7 +146,7 @@ def test_a_pod_reaches_the_api_server_as_its_service_account(
             "containers": [
                 {
                     "name": "probe",
-                    "image": IMAGE,
+                    "image": DEMO_IMAGE,
                     "command": ["sh", "-c", "echo serving; exec python3 -m http.server 8080"],
                     "workingDir": "/opt/apportion",
                     "ports": [{"containerPort": 8080}],
@@ -189,9 +191,9 @@ def _through_port_forward(cluster: DevCluster, namespace: str, target: str, port
 
 @pytest.fixture(scope="module")
 def installed_operator(real_cluster: DevCluster) -> DevCluster:
-    """The operator as a user installs it, from the image built here."""
-    overlay = REPO / "devtools" / "overlays" / "local-image"
-    real_cluster.kubectl("apply", "-k", str(overlay))
+    """The operator as a user installs it: manifests/ as they are, the image they name being the
+    one built here (the node holds it under the published names)."""
+    real_cluster.kubectl("apply", "-k", str(REPO / "manifests"))
     real_cluster.kubectl(
         "rollout", "status", "-n", SYSTEM, "statefulset/apportion-operator", "--timeout=180s"
     )
@@ -212,7 +214,7 @@ def test_the_operator_runs_from_its_manifests_as_a_restricted_pod_pair(
         assert pod["spec"]["nodeName"] == NODE_NAME
         assert pod["spec"]["serviceAccountName"] == "apportion-operator"
         (container,) = pod["spec"]["containers"]
-        assert container["image"] == IMAGE
+        assert container["image"] == OPERATOR_IMAGE
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
@@ -227,7 +229,7 @@ def test_the_operator_runs_from_its_manifests_as_a_restricted_pod_pair(
 
 
 def sample(name: str) -> str:
-    return for_real_node((REPO / "manifests" / "samples" / name).read_text())
+    return (REPO / "manifests" / "samples" / name).read_text()
 
 
 def _condition(resource: dict[str, Any], kind: str) -> str | None:
@@ -880,8 +882,7 @@ def test_helm_installs_the_operator_on_the_real_node(
     from the image built here, it places a new set, and `helm uninstall` removes it. Last in
     this module: it takes the kustomize install away."""
     cluster = installed_operator
-    overlay = REPO / "devtools" / "overlays" / "local-image"
-    rendered = yaml.safe_load_all(cluster.kubectl("kustomize", str(overlay)).stdout)
+    rendered = yaml.safe_load_all(cluster.kubectl("kustomize", str(REPO / "manifests")).stdout)
     without_crds = [d for d in rendered if d and d["kind"] != "CustomResourceDefinition"]
     cluster.kubectl("delete", "-f", "-", "--wait=true", input=yaml.safe_dump_all(without_crds))
     wait_for(
@@ -891,14 +892,11 @@ def test_helm_installs_the_operator_on_the_real_node(
     )
     release = ("apportion", str(REPO / "charts" / "apportion"), "-n", SYSTEM)
     kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
-    image = IMAGE.rsplit(":", 1)
     helm(
         "install",
         *release,
         kubeconfig,
         "--create-namespace",
-        "--set",
-        f"image.repository={image[0]},image.tag={image[1]}",
         "--wait",
         "--timeout=180s",
     )
@@ -907,7 +905,7 @@ def test_helm_installs_the_operator_on_the_real_node(
     for pod in pods:
         assert pod["metadata"]["labels"].get("app.kubernetes.io/managed-by") == "Helm"
         assert pod["spec"]["nodeName"] == NODE_NAME
-        assert pod["spec"]["containers"][0]["image"] == IMAGE
+        assert pod["spec"]["containers"][0]["image"] == OPERATOR_IMAGE
         assert all(s["ready"] for s in pod["status"]["containerStatuses"])
 
     _places_a_new_set(

@@ -25,7 +25,6 @@ import yaml
 from apportion_dev.devcluster import DevCluster, KubectlError
 from apportion_dev.devcluster.realnode import host
 from apportion_dev.devcluster.realnode.host import GATEWAY
-from apportion_dev.devcluster.realnode.images import for_real_node
 from apportion_dev.devcluster.realnode.node import NODE_NAME, ZONE_LABEL, NodeSpec
 from tests.support.unitset import Ownership, overlaps, ownership_lines
 
@@ -49,7 +48,7 @@ def nodes(request: pytest.FixtureRequest) -> Iterator[DevCluster]:
         cluster = DevCluster.start(real_node=True, nodes=NODES)
         print(f"\n{NODES} real nodes ready in {time.monotonic() - began:.1f}s")
     try:
-        cluster.kubectl("apply", "-k", str(REPO / "devtools" / "overlays" / "local-image"))
+        cluster.kubectl("apply", "-k", str(REPO / "manifests"))
         on_first = {"nodeSelector": {"kubernetes.io/hostname": NODE_NAME}}
         cluster.kubectl(
             "patch", "-n", SYSTEM, "statefulset/apportion-operator", "--type=merge",
@@ -67,7 +66,7 @@ def demo(handoff_timeout: str, kind: str = "PartitionSet") -> str:
     """The PartitionSet sample (32 partitions, 4 workers) with `handoffTimeout`, its workers
     spread over the nodes by the scheduler (at most one more on any node than on another). As
     a ShardSet: the same with 32 shards spread over the zones (`topologySpread`, maxSkew 1)."""
-    sample = for_real_node((REPO / "manifests/samples/partitionset-demo.yaml").read_text())
+    sample = (REPO / "manifests/samples/partitionset-demo.yaml").read_text()
     documents = [d for d in yaml.safe_load_all(sample) if d]
     for document in documents:
         if document["kind"] == "PartitionSet":

@@ -315,7 +315,7 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
     if target.real_node:
         operator = Operator(target, None, log)
         _say("installing the operator from manifests/ (kubectl apply -k, the image built here)")
-        target.kubectl("apply", "-k", str(REPO / "devtools" / "overlays" / "local-image"))
+        target.kubectl("apply", "-k", str(REPO / "manifests"))
         target.kubectl("rollout", "status", "-n", OPERATOR_NAMESPACE, OPERATOR, "--timeout=180s")
         output = None
     else:
@@ -331,7 +331,7 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
             start_new_session=True,
         )
         operator = Operator(target, process, log)
-    samples = [_sample_text(target, name) for name in SAMPLES]
+    samples = [_sample(name).read_text() for name in SAMPLES]
     try:
         _say("applying " + ", ".join(f"manifests/samples/{s}" for s in SAMPLES))
         for sample in samples:
@@ -365,15 +365,6 @@ def _operator(target: Target, namespace: str) -> Iterator[Operator]:
                 running.wait()
         if output is not None:
             output.close()
-
-
-def _sample_text(target: Target, name: str) -> str:
-    text = _sample(name).read_text()
-    if target.real_node:
-        from apportion_dev.devcluster.realnode.images import for_real_node
-
-        return for_real_node(text)
-    return text
 
 
 def _wait_balanced(target: Target, namespace: str, operator: Operator, timeout: float) -> None:

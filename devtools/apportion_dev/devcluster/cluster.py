@@ -171,7 +171,7 @@ class DevCluster:
             if not dist.is_dir():
                 raise DevClusterError(f"--dist {dist}: no such directory")
         with_registry = registry or dist is not None
-        node_images: list[str] = []
+        node_images: dict[str, list[str]] = {}
         if real_node:
             reason = host.why_not()
             if reason:
@@ -366,7 +366,7 @@ def _start_processes(
     started: list[ProcessRecord],
     pod_simulator: bool,
     detach: bool,
-    node_images: list[str] | None,
+    node_images: dict[str, list[str]] | None,
     nodes: int,
     serving: _Serving,
 ) -> ClusterState:

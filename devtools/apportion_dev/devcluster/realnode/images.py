@@ -2,8 +2,10 @@
 the project's image from its Dockerfile, the pod sandbox's pause image, metrics-server's, and,
 where the Dockerfile's default base cannot be pulled, a local Debian base to build on.
 
-`make image` builds the project's image; the node imports every image into containerd at start.
-The release (scripts/release_images.py) builds the published images with the same code.
+`make image` builds the project's image; the node imports every image into containerd at start,
+the project's under the names manifests/ and its samples publish it as (`published_names`), so
+that they run on the node unchanged. The release (scripts/release_images.py) builds the published
+images with the same code.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from apportion_dev.devcluster.paths import DevClusterError, module_dir
 from apportion_dev.devcluster.state import mounts_under
 
 IMAGE = "localhost/apportion:dev"
-PUBLISHED_IMAGE = "ghcr.io/apportion/apportion:0.1.0"  # what manifests/ name
-# What the samples' workers run: the product image plus devtools/ (`apportion demo-worker`),
-# built from the same Dockerfile with --build-arg DEVTOOLS=1 (docs/dev-cluster.md).
-PUBLISHED_DEMO_IMAGE = "ghcr.io/apportion/apportion-demo:0.1.0"
+# The repositories manifests/ (the operator) and its samples (the demo workers) name, tagged with
+# the tree's VERSION. The image built here holds both: the product plus devtools/ (`apportion
+# demo-worker`), so the node gives it both names; the release builds them apart.
+PUBLISHED_REPOSITORIES = ("ghcr.io/apportion/apportion", "ghcr.io/apportion/apportion-demo")
 LOCAL_BASE = "localhost/apportion-base:bookworm"
 UPSTREAM_BASE = "docker.io/library/python:3.11-slim"  # the Dockerfile's default BASE
 PAUSE_IMAGE = "localhost/apportion/pause:1"
@@ -45,10 +47,10 @@ def _say(message: str) -> None:
     print(f"[image] {message}", flush=True)
 
 
-def for_real_node(manifest: str) -> str:
-    """A manifest of manifests/samples as the real node runs it: the image built here instead
-    of the published one (which no registry here serves)."""
-    return manifest.replace(PUBLISHED_IMAGE, IMAGE).replace(PUBLISHED_DEMO_IMAGE, IMAGE)
+def published_names() -> list[str]:
+    """The names this checkout's manifests give the image built here, at its VERSION."""
+    version = (source_root() / "VERSION").read_text().strip()
+    return [f"{repository}:{version}" for repository in PUBLISHED_REPOSITORIES]
 
 
 def source_root() -> Path:
@@ -233,9 +235,16 @@ def ensure_metrics_server_image(binary: Path) -> str:
     return METRICS_SERVER_IMAGE
 
 
-def import_into_containerd(images: list[str], ctr: Path, addresses: list[Path], work: Path) -> None:
+def import_into_containerd(
+    images: list[str],
+    ctr: Path,
+    addresses: list[Path],
+    work: Path,
+    aliases: Mapping[str, list[str]],
+) -> None:
     """Hand images to every node's containerd (its k8s.io namespace, which the kubelet uses),
-    each exported once and imported into all nodes at the same time."""
+    each exported once and imported into all nodes at the same time, and tagged there with its
+    `aliases` too (containerd's tags only: the names in buildah's storage stay the release's)."""
     for image in images:
         archive = work / "image.tar"
         buildah("push", "--quiet", image, f"docker-archive:{archive}:{image}")
@@ -253,3 +262,17 @@ def import_into_containerd(images: list[str], ctr: Path, addresses: list[Path], 
         for process, error in zip(imports, errors, strict=True):
             if process.returncode != 0:
                 raise DevClusterError(f"ctr could not import {image}: {error}")
+        for address in addresses:
+            for alias in aliases.get(image, []):
+                _ctr(ctr, address, "images", "tag", "--force", image, alias)
+
+
+def _ctr(ctr: Path, address: Path, *args: str) -> None:
+    result = subprocess.run(
+        [ctr, f"--address={address}", "--namespace=k8s.io", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise DevClusterError(f"ctr {' '.join(args)} failed: {result.stderr.strip()}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,24 +121,23 @@ class NodePaths:
 
 @dataclass(frozen=True)
 class ImageSources:
-    """Where the nodes' containerd gets images: `imported` into each at start (built here), and
-    with `mirror` (a registry's host:port) the published names (`registry.MIRRORED_HOSTS`)
-    pulled from it."""
+    """Where the nodes' containerd gets images: `imported` into each at start (built here; each
+    with the other names the node gives it), and with `mirror` (a registry's host:port) the
+    published names (`registry.MIRRORED_HOSTS`) pulled from it."""
 
-    imported: list[str]
+    imported: Mapping[str, list[str]]
     mirror: str | None = None
 
 
-def prepare_images(progress: Callable[[str], None]) -> list[str]:
-    """Everything the node runs, built if missing: the pause image, the project's image and
-    metrics-server's."""
+def prepare_images(progress: Callable[[str], None]) -> dict[str, list[str]]:
+    """Everything the node runs, built if missing: the pause image, the project's image (under
+    the names manifests/ publish it as, too) and metrics-server's."""
     metrics_server = ensure_tool(METRICS_SERVER, progress) / "metrics-server"
-    wanted = [
-        images.ensure_pause_image(),
-        images.build_image(progress),  # seconds when nothing changed: layers are cached
-        images.ensure_metrics_server_image(metrics_server),
-    ]
-    return wanted
+    return {
+        images.ensure_pause_image(): [],
+        images.build_image(progress): images.published_names(),  # cached layers: seconds
+        images.ensure_metrics_server_image(metrics_server): [],
+    }
 
 
 def start_nodes(
@@ -186,10 +185,11 @@ def start_nodes(
         )
     wait(lambda: all(s.paths.socket.exists() for s in specs), started, "containerd")
     images.import_into_containerd(
-        node_images.imported,
+        list(node_images.imported),
         containerd_bin / "ctr",
         [s.paths.socket for s in specs],
         host.NODE_ROOT,
+        node_images.imported,
     )
     for spec in specs:
         started += _start_kubelet_and_proxy(spec, bin_dir, server, cluster_pki, spawn)
