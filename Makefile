@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 
 .PHONY: setup native-deps node-deps java-deps postgres-deps controlplane tools image kafka-jars demo \
-	test krew release model \
+	test krew release version model \
 	unit e2e realnode java bench lint crds monitoring argocd-health dashboard tutorial-pictures
 
 setup: native-deps node-deps $(VENV)/.installed
@@ -120,6 +120,10 @@ VERSION ?= $(shell cat VERSION)
 RELEASE_FLAGS ?=
 release: setup java-deps
 	$(BIN)/python scripts/release.py --version $(VERSION) $(RELEASE_FLAGS)
+
+# VERSION and every literal that repeats it, set to VERSION: the commit before a release.
+version: setup
+	$(BIN)/python scripts/release.py --version $(VERSION) --stamp
 
 monitoring: setup
 	$(BIN)/python scripts/prometheus_rule.py

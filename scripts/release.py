@@ -2,6 +2,7 @@
 docs/releasing.md), with their SBOMs, the release notes and SHA256SUMS written last.
 
     python scripts/release.py --version x.y.z [--dist DIR] [--only STEP] [--skip STEP] [--sign]
+    python scripts/release.py --version x.y.z --stamp   # VERSION and its literals, before that
 
 The version is kept in VERSION alone: --version must say the same (the release workflow passes
 the tag's), and every literal the tree carries for it must agree (`drifted`). The steps are
@@ -87,6 +88,32 @@ def drifted(version: str, root: Path = REPO) -> list[str]:
                 problems.append(f"{where}: no version matching {literal.pattern!r}")
             problems.extend(f"{where}: says {v}, VERSION says {version}" for v in wrong)
     return problems
+
+
+def stamp(version: str, root: Path = REPO) -> list[Path]:
+    """Write `version` into VERSION and every literal of LITERALS under `root` (the pom's
+    revision becomes `version`-SNAPSHOT); the files changed."""
+    if not _VERSION.fullmatch(version):
+        raise ReleaseError(f"{version!r} is not a version MAJOR.MINOR.PATCH")
+    (root / "VERSION").write_text(version + "\n")
+    changed = {root / "VERSION"}
+    for literal in LITERALS:
+        for path in sorted(root.glob(literal.glob)):
+            text = path.read_text()
+            stamped = re.sub(
+                literal.pattern,
+                lambda m: (
+                    m.group(0)[: m.start("v") - m.start()]
+                    + version
+                    + m.group(0)[m.end("v") - m.start() :]
+                ),
+                text,
+                flags=re.M,
+            )
+            if stamped != text:
+                path.write_text(stamped)
+                changed.add(path)
+    return sorted(changed)
 
 
 def changelog_section(text: str, version: str) -> str:
@@ -293,7 +320,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", action="append", default=[], metavar="STEP", help="leave out")
     parser.add_argument("--changelog", type=Path, default=CHANGELOG)
     parser.add_argument("--sign", action="store_true", help="GPG-sign the Java artifacts")
+    parser.add_argument(
+        "--stamp", action="store_true", help="write --version into VERSION and its literals, only"
+    )
     args = parser.parse_args(argv)
+    if args.stamp:
+        try:
+            changed = stamp(args.version)
+        except ReleaseError as failed:
+            print(f"release: {failed}", file=sys.stderr)
+            return 2
+        for path in changed:
+            print(f"release: stamped {path.relative_to(REPO)}")
+        return 0
     try:
         sums = release(args)
     except (ReleaseError, subprocess.CalledProcessError) as failed:

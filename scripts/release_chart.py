@@ -11,6 +11,9 @@
   nothing to keep in sync or forget to regenerate, and the tree's chart still renders the same.
 - install.yaml: `kubectl kustomize manifests/` (CRDs, namespace, operator, RBAC and admission
   policies) with the operator image's tag set to <v>, one file as cert-manager ships it.
+- flux/apportion-manifests-<v>.tar.gz: install.yaml as the content of a Flux OCI artifact
+  (a gzipped tar, mtime 0), published as `oci://ghcr.io/apportion/manifests:<v>` for an
+  OCIRepository and a Kustomization to install the operator (docs/gitops.md).
 - samples/*.yaml: manifests/samples with the demo image's tag set to <v>.
 - krew/: scripts/krew.py's archive and a manifest whose uri is the archive on the GitHub release
   of v<v>.
@@ -19,6 +22,8 @@
 from __future__ import annotations
 
 import argparse
+import gzip
+import io
 import re
 import shutil
 import subprocess
@@ -165,6 +170,22 @@ def write_install(version: str, dist: Path, kubectl: Path) -> Path:
     return path
 
 
+def write_flux_artifact(install: Path, dist: Path, version: str) -> Path:
+    """install.yaml in a tar.gz as `flux push artifact` packs a directory: reproducible (no
+    times, no owners), so that the published digest is the same for the same release."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        data = install.read_bytes()
+        entry = tarfile.TarInfo(install.name)
+        entry.size, entry.mode, entry.mtime = len(data), 0o644, 0
+        tar.addfile(entry, io.BytesIO(data))
+    path = dist / "flux" / f"apportion-manifests-{version}.tar.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("wb") as handle, gzip.GzipFile(fileobj=handle, mode="wb", mtime=0) as gz:
+        gz.write(raw.getvalue())
+    return path
+
+
 def write_samples(version: str, dist: Path) -> list[Path]:
     out = dist / "samples"
     out.mkdir(parents=True, exist_ok=True)
@@ -196,14 +217,17 @@ def run(binary: Path, *args: str) -> str:
 
 
 def build(version: str, dist: Path, revision: str) -> list[Path]:
-    """The chart, install.yaml, the samples and the krew archive into `dist`; the files written.
+    """The chart, install.yaml (also as a Flux artifact), the samples and the krew archive into
+    `dist`; the files written.
     (`revision` is the images' business: nothing here names a commit.)"""
     del revision
     helm = ensure_tool(HELM) / "helm"
     kubectl = ensure_built() / "kubectl"
+    install = write_install(version, dist, kubectl)
     return [
         package_chart(version, dist, helm),
-        write_install(version, dist, kubectl),
+        install,
+        write_flux_artifact(install, dist, version),
         *write_samples(version, dist),
         *write_krew(version, dist),
     ]

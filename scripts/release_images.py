@@ -103,6 +103,7 @@ def build_one(image: Image, version: str, dist: Path, revision: str, created: da
         extras=image.extras,
         devtools=image.devtools,
         annotations=oci_annotations(image, version, revision, created),
+        context=REPO,  # this script's tree, which a test may have stamped with another version
     )
     archive = image.archive(dist, version)
     archive.parent.mkdir(parents=True, exist_ok=True)

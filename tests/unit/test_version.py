@@ -75,3 +75,26 @@ def test_a_version_file_that_is_no_version_is_refused(tmp_path: Path) -> None:
     (tmp_path / "VERSION").write_text("v1.2\n")
     with pytest.raises(rel.ReleaseError, match="not a version"):
         rel.read_version(tmp_path)
+
+
+def test_stamping_a_version_changes_every_literal_and_nothing_else(tmp_path: Path) -> None:
+    _copy_tree_literals(tmp_path)
+    (tmp_path / "VERSION").write_text((REPO / "VERSION").read_text())
+    old, new = rel.read_version(), "7.8.9"
+    before = {p: p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    changed = rel.stamp(new, tmp_path)
+    assert rel.drifted(new, tmp_path) == []
+    assert len(rel.drifted(old, tmp_path)) >= len(rel.LITERALS)
+    assert set(changed) == {p for p, text in before.items() if p.read_text() != text}
+    assert {p.relative_to(tmp_path).as_posix() for p in changed} >= {"VERSION", "pom.xml"}
+    for path, text in before.items():  # only the version moved, nothing around it
+        assert path.read_text().replace(new, old) == text, path
+    assert "<revision>7.8.9-SNAPSHOT</revision>" in (tmp_path / "pom.xml").read_text()
+
+
+def test_stamping_no_version_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    _copy_tree_literals(tmp_path)
+    (tmp_path / "VERSION").write_text("1.2.3\n")
+    with pytest.raises(rel.ReleaseError, match="not a version"):
+        rel.stamp("1.2", tmp_path)
+    assert (tmp_path / "VERSION").read_text() == "1.2.3\n"

@@ -18,12 +18,16 @@ machine.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
+from email.message import Message
 from pathlib import Path
 
 import yaml
@@ -36,6 +40,12 @@ MIRRORED_HOSTS = ("ghcr.io",)
 """Registry hosts whose names a real node pulls from the dev-cluster's registry."""
 CHART_REPOSITORY = "apportion/charts"
 """Where charts go, below the registry: the published `oci://ghcr.io/apportion/charts`."""
+MANIFESTS_REPOSITORY = "apportion/manifests"
+"""Where the install manifests go as a Flux artifact: `oci://ghcr.io/apportion/manifests:<v>`."""
+# Flux's OCI artifact media types (what `flux push artifact` writes, source-controller reads).
+FLUX_CONFIG = "application/vnd.cncf.flux.config.v1+json"
+FLUX_CONTENT = "application/vnd.cncf.flux.content.v1.tar+gzip"
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 REF_NAME = "org.opencontainers.image.ref.name"
 
 
@@ -149,11 +159,70 @@ def push_chart(chart: Path, registry: str) -> str:
     return f"{repository}/{name}"
 
 
+def push_flux_artifact(archive: Path, registry: str) -> str:
+    """Push dist/flux/apportion-manifests-<v>.tar.gz as Flux's OCI artifact (one layer, its
+    config and manifest with Flux's media types, as `flux push artifact` does) tagged <v>, over
+    the registry's HTTP API (the flux CLI is not built here); return its reference."""
+    version = archive.name.removeprefix("apportion-manifests-").removesuffix(".tar.gz")
+    base = f"http://{registry}/v2/{MANIFESTS_REPOSITORY}"
+    layer, config = archive.read_bytes(), b"{}"
+    for blob in (layer, config):
+        _upload_blob(base, blob)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": _descriptor(FLUX_CONFIG, config),
+        "layers": [_descriptor(FLUX_CONTENT, layer)],
+        "annotations": {"org.opencontainers.image.version": version},
+    }
+    _request(
+        "PUT",
+        f"{base}/manifests/{version}",
+        json.dumps(manifest).encode(),
+        {"Content-Type": OCI_MANIFEST},
+    )
+    return f"oci://{registry}/{MANIFESTS_REPOSITORY}:{version}"
+
+
+def _descriptor(media_type: str, blob: bytes) -> dict[str, object]:
+    return {"mediaType": media_type, "digest": _digest(blob), "size": len(blob)}
+
+
+def _digest(blob: bytes) -> str:
+    return f"sha256:{hashlib.sha256(blob).hexdigest()}"
+
+
+def _upload_blob(base: str, blob: bytes) -> None:
+    """The distribution spec's monolithic upload: POST for a session, PUT the bytes to it."""
+    location = _request("POST", f"{base}/blobs/uploads/", b"", {})["Location"]
+    if location.startswith("/"):
+        location = base.split("/v2/", 1)[0] + location
+    separator = "&" if "?" in location else "?"
+    _request(
+        "PUT",
+        f"{location}{separator}digest={_digest(blob)}",
+        blob,
+        {"Content-Type": "application/octet-stream"},
+    )
+
+
+def _request(method: str, url: str, body: bytes, headers: dict[str, str]) -> Message:
+    request = urllib.request.Request(url, data=body, method=method, headers=headers)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=30) as answer:
+            answered: Message = answer.headers
+            return answered
+    except urllib.error.HTTPError as error:
+        raise DevClusterError(f"{method} {url}: {error.code} {error.read().decode()}") from error
+
+
 def publish(dist: Path, registry: str) -> list[str]:
-    """Push a release's images (dist/images/*.oci.tar) and charts (dist/charts/*.tgz); return
-    what was pushed."""
+    """Push a release's images (dist/images/*.oci.tar), charts (dist/charts/*.tgz) and Flux
+    artifacts (dist/flux/*.tar.gz); return what was pushed."""
     pushed = [push_image(a, registry) for a in sorted((dist / "images").glob("*.oci.tar"))]
     pushed += [push_chart(c, registry) for c in sorted((dist / "charts").glob("*.tgz"))]
+    pushed += [push_flux_artifact(a, registry) for a in sorted((dist / "flux").glob("*.tar.gz"))]
     return pushed
 
 

@@ -163,13 +163,14 @@ def build_image(
     extras: str = EXTRAS,
     devtools: bool = True,
     annotations: Mapping[str, str] | None = None,
+    context: Path | None = None,
 ) -> str:
-    """Build the project's image from its Dockerfile with the pip `extras`, with devtools/ (the
-    harness the demo workers run from) unless told otherwise, and `annotations` both as OCI
-    manifest annotations (what a registry shows) and as labels (what `docker inspect` shows);
-    layers are cached between builds."""
+    """Build the project's image from the Dockerfile of `context` (this checkout by default)
+    with the pip `extras`, with devtools/ (the harness the demo workers run from) unless told
+    otherwise, and `annotations` both as OCI manifest annotations (what a registry shows) and as
+    labels (what `docker inspect` shows); layers are cached between builds."""
     base = ensure_base(progress)
-    root = source_root()
+    root = context or source_root()
     started = time.monotonic()
     args = ["bud", "--layers", "--build-arg", f"BASE={base}", "--build-arg", f"EXTRAS={extras}"]
     if devtools:
