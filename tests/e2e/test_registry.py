@@ -33,6 +33,7 @@ import pytest
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.registry import buildah, push_image
+from tests.support.java import local_repository
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -93,7 +94,13 @@ def tiny_wheel(directory: Path, version: str) -> Path:
 
 def maven(*args: str, cwd: Path) -> str:
     result = subprocess.run(
-        ["mvn", "--batch-mode", "--no-transfer-progress", *args],
+        [
+            "mvn",
+            "--batch-mode",
+            "--no-transfer-progress",
+            f"-Dmaven.repo.local={local_repository()}",
+            *args,
+        ],
         capture_output=True,
         text=True,
         cwd=cwd,
@@ -251,7 +258,7 @@ def test_maven_resolves_a_deployed_artifact_from_the_repository(
     served: DevCluster, release: Release, tmp_path: Path
 ) -> None:
     assert served.maven_repository is not None
-    local = Path.home() / ".m2" / "repository" / Path(*release.group.split("."))
+    local = local_repository() / Path(*release.group.split("."))
     try:
         maven(
             "org.apache.maven.plugins:maven-dependency-plugin:get",

@@ -32,6 +32,7 @@ from apportion_dev.devcluster.net import free_port, http_get
 from apportion_dev.devcluster.podsim import pod_log_path
 from apportion_dev.devcluster.tools import KREW, ensure_tool
 from tests.support import release
+from tests.support.java import local_repository
 from tests.support.unitset import apply, read_table, unit_set, workers
 from tests.support.waiting import wait_for
 
@@ -107,17 +108,17 @@ def python_app(served: Served, work: Path) -> Path:
 
 
 def java_app(served: Served, work: Path) -> str:
-    """The Java app built by Maven against the client from the repository; its classpath."""
+    """The Java app built by Maven against the client from the repository, its dependencies
+    copied beside it (target/dependency); its classpath."""
     source = shutil.copytree(APPS / "java-worker", work / "java-worker")
-    local = Path(os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository")))
+    local = local_repository()
     result = subprocess.run(
         [
             "mvn", "-B", "-q",
             f"-Dmaven.repo.local={local}",
             f"-Dapportion.version={VERSION}",
             f"-Dapportion.repository={served.maven}",
-            "-Dmdep.outputFile=classpath.txt",
-            "package", "dependency:build-classpath",
+            "package", "dependency:copy-dependencies",
         ],
         cwd=source,
         capture_output=True,
@@ -136,7 +137,9 @@ def java_app(served: Served, work: Path) -> str:
     finally:
         for installed in local.glob(f"dev/apportion/*/{VERSION}"):
             shutil.rmtree(installed)  # a version no other build may pick up
-    return f"{source / 'target' / 'classes'}:{(source / 'classpath.txt').read_text().strip()}"
+    # The app as it ships: its classes and its dependencies' jars beside them, none from the
+    # local repository (whose copy of this version is gone).
+    return f"{source / 'target' / 'classes'}:{source / 'target' / 'dependency'}/*"
 
 
 def kubectl_apportion(
@@ -185,6 +188,11 @@ def callbacks(cluster: DevCluster, namespace: str, pod: str) -> list[dict[str, A
     return [json.loads(line) for line in lines if line.startswith('{"event"')]
 
 
+def log_tail(cluster: DevCluster, namespace: str, pod: str) -> str:
+    log = pod_log_path(cluster.state_dir, namespace, pod)
+    return "\n".join(log.read_text().splitlines()[-30:]) if log.exists() else "(no log)"
+
+
 def serves(cluster: DevCluster, namespace: str, pod: str) -> set[str]:
     held: set[str] = set()
     for line in callbacks(cluster, namespace, pod):
@@ -217,7 +225,7 @@ def test_python_and_java_apps_from_the_release_serve_their_partitions(
     classpath = java_app(served, tmp_path)
     apps = (
         f'case "$POD_NAME" in *-0) exec {python} -m orders_worker PartitionSet {SET};; '
-        f"*) exec java -cp {classpath} example.OrdersWorker PartitionSet {SET};; esac"
+        f"*) exec java -cp '{classpath}' example.OrdersWorker PartitionSet {SET};; esac"
     )
     kubectl = dev_cluster.kubectl
     apply(kubectl, namespace, workers(SET, 2, command=["sh", "-c", apps], grace=30))
@@ -242,7 +250,8 @@ def test_python_and_java_apps_from_the_release_serve_their_partitions(
         message=lambda: (
             f"table {owned(kubectl, namespace)}; the Python app serves "
             f"{serves(dev_cluster, namespace, PYTHON_POD)}, the Java app "
-            f"{serves(dev_cluster, namespace, JAVA_POD)}"
+            f"{serves(dev_cluster, namespace, JAVA_POD)}; its log ends:\n"
+            f"{log_tail(dev_cluster, namespace, JAVA_POD)}"
         ),
     )
 

@@ -12,14 +12,20 @@ REPO = Path(__file__).resolve().parents[2]
 CLIENT = "clients/java"
 
 
+def local_repository() -> Path:
+    """The Maven local repository `make java` fills: $MAVEN_REPO, else ~/.m2/repository of $HOME
+    (named to Maven explicitly: Maven's own default follows the JVM's user.home, which is the
+    account's home from the password database, whatever $HOME says)."""
+    return Path(os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository")))
+
+
 def maven(module: str, goal: str) -> None:
-    repo = os.environ.get("MAVEN_REPO", str(Path.home() / ".m2" / "repository"))
     subprocess.run(
         [
             "mvn",
             "-q",
             "-B",
-            f"-Dmaven.repo.local={repo}",
+            f"-Dmaven.repo.local={local_repository()}",
             "-f",
             str(REPO / module / "pom.xml"),
             goal,

@@ -248,3 +248,18 @@ def test_every_place_the_tree_names_its_development_version_names_the_version_fi
     for sample in sorted(release_chart.SAMPLES.glob("*.yaml")):
         tags = {i.rsplit(":", 1)[1] for i in images_of(sample.read_text())}
         assert tags == {version}, sample.name
+
+
+def test_the_flux_artifact_holds_install_yaml_alone_and_is_reproducible(tmp_path: Path) -> None:
+    install = tmp_path / "install.yaml"
+    install.write_text("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: apportion-system\n")
+    first = release_chart.write_flux_artifact(install, tmp_path / "a", "1.2.3")
+    second = release_chart.write_flux_artifact(install, tmp_path / "b", "1.2.3")
+    assert first.name == "apportion-manifests-1.2.3.tar.gz"
+    assert first.read_bytes() == second.read_bytes()  # the same release, the same digest
+    with tarfile.open(first, "r:gz") as archive:
+        (member,) = archive.getmembers()
+        assert (member.name, member.mtime, member.uid, member.uname) == ("install.yaml", 0, 0, "")
+        extracted = archive.extractfile(member)
+        assert extracted is not None
+        assert extracted.read() == install.read_bytes()
