@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from apportion.api import parse_resource, set_condition
 from apportion.api.conditions import condition_time, dump_conditions
 from apportion.api.unitset import MemberUnits, UnitSetStatus
 
+REPO = Path(__file__).resolve().parents[2]
 SELECTOR = {"matchLabels": {"app": "workers"}}
 
 
@@ -47,6 +49,18 @@ def test_crds_are_established_with_names_and_categories(dev_cluster, crds) -> No
     assert "apportion" in lines["partitionsets"]
     assert "sset" in lines["shardsets"]
     assert "gtype" in lines["graintypes"]
+
+
+def test_the_crds_take_a_server_side_apply_as_gitops_engines_make(dev_cluster, crds) -> None:
+    """Flux's kustomize-controller and Argo CD's server-side sync apply server-side, where a
+    list the schema keys (x-kubernetes-validations, by `rule`) must not repeat a key: it did
+    once (servingLease), and Flux could not install the operator."""
+    applied = dev_cluster.kubectl(
+        "apply", "--server-side", "--force-conflicts", "--field-manager=gitops",
+        "--dry-run=server", "-f", str(REPO / "crds"), check=False,
+    )  # fmt: skip
+    assert applied.returncode == 0, applied.stderr
+    assert applied.stdout.count("serverside-applied") == 3, applied.stdout
 
 
 def test_valid_objects_are_accepted_and_defaulted(dev_cluster, crds, namespace) -> None:

@@ -11,7 +11,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from apportion.api import GrainType, PartitionSet, ShardSet, resource_kinds
-from apportion.api.common import IntOrPercent, cel, list_map, validations
+from apportion.api.common import Duration, IntOrPercent, cel, list_map, min_duration, validations
 from apportion.api.crdgen import (
     SchemaError,
     crd_for,
@@ -184,6 +184,35 @@ def test_crd_is_structural_and_bounded(kind: type) -> None:
     assert unbounded(schema["properties"]["status"]) == []
     assert version["subresources"] == {"status": {}}
     assert schema["required"] == ["spec"]
+    for path, node in walk(schema):  # a list map keyed by `rule` for server-side apply
+        rules = [v["rule"] for v in node.get("x-kubernetes-validations", ())]
+        assert len(rules) == len(set(rules)), path
+
+
+def test_a_rule_repeated_by_a_field_on_its_type_is_kept_once() -> None:
+    """An optional Duration with a bound repeats its type's format rule (min_duration): once in
+    the CRD, or server-side apply refuses it."""
+
+    class M(BaseModel):
+        d: Duration | None = Field(default=None, json_schema_extra=min_duration("d", "1s"))
+
+    (node,) = [n for path, n in walk(structural(M.model_json_schema())) if path.endswith(".d")]
+    rules = [v["rule"] for v in node["x-kubernetes-validations"]]
+    assert len(rules) == 2
+    assert len(set(rules)) == 2
+
+
+def test_one_rule_with_two_messages_is_refused() -> None:
+    class M(BaseModel):
+        d: Duration | None = Field(
+            default=None,
+            json_schema_extra=validations(
+                cel("self.matches(r'^x$')", "one"), cel("self.matches(r'^x$')", "two")
+            ),
+        )
+
+    with pytest.raises(SchemaError, match="share the rule"):
+        structural(M.model_json_schema())
 
 
 def test_crd_metadata() -> None:

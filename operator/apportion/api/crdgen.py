@@ -87,12 +87,18 @@ def _resolve(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
 
 def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
     merged = {**base, **override}
-    rules = [
+    rules: dict[str, Mapping[str, Any]] = {}
+    for rule in (
         *base.get("x-kubernetes-validations", ()),
         *override.get("x-kubernetes-validations", ()),
-    ]
+    ):
+        # The API server keeps these as a list map keyed by `rule`: a second entry with the same
+        # rule makes every server-side apply of the CRD fail (Flux, Argo CD, kubectl --server-side).
+        seen = rules.setdefault(rule["rule"], rule)
+        if seen != rule:
+            raise SchemaError(f"two validations of one field share the rule {rule['rule']!r}")
     if rules:
-        merged["x-kubernetes-validations"] = rules
+        merged["x-kubernetes-validations"] = list(rules.values())
     return merged
 
 
