@@ -188,9 +188,9 @@ def helm(
         "HELM_DATA_HOME": str(home / "data"),
     }
 
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def run(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
         result = subprocess.run(
-            [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=120
+            [str(helm_binary), *args], capture_output=True, text=True, env=env, timeout=timeout
         )
         if check:
             assert result.returncode == 0, result.stderr
