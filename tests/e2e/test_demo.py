@@ -226,9 +226,11 @@ class Demo:
         pods = self.get("pods", "-n", "apportion-system")["items"]
         assert len(pods) == 2
         for pod in pods:
-            (container,) = pod["status"]["containerStatuses"]
+            # The spec's name: the status reports one of the names the node gave the image.
+            (container,) = pod["spec"]["containers"]
             assert container["image"] == published_names()[0]  # the operator's, as manifests/ say
-            assert container["ready"] is True
+            (status,) = pod["status"]["containerStatuses"]
+            assert status["ready"] is True
 
     def check_three_kinds_under_traffic(self) -> None:
         def three_kinds_ready_and_loaded() -> str | None:
