@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-from apportion_dev.devcluster.tools import ACTIONLINT, HELM, KSTATUS, PROMTOOL, ensure_tool
+from apportion_dev.devcluster.tools import (
+    ACTIONLINT,
+    ARGOCD_LUA,
+    HELM,
+    KSTATUS,
+    PROMTOOL,
+    ensure_tool,
+)
 from tests.support import prebuild
 from tests.support.postgres import PostgresServer
 from tests.support.tiers import cannot_run, tier
@@ -129,6 +136,14 @@ def kstatus_binary(request: pytest.FixtureRequest) -> Path:
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(KSTATUS) / "kstatus"
+
+
+@pytest.fixture(scope="session")
+def argocd_lua(request: pytest.FixtureRequest) -> Path:
+    """Argo CD's health checks run by Argo CD's own code (devtools/go/argocd-lua)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        return ensure_tool(ARGOCD_LUA) / "argocd-lua"
 
 
 @pytest.fixture(scope="session")

@@ -20,6 +20,7 @@ from apportion_dev.devcluster.build import is_built
 from apportion_dev.devcluster.paths import cache_root
 from apportion_dev.devcluster.tools import (
     ACTIONLINT,
+    ARGOCD_LUA,
     CONTAINERD,
     FLUX_TOOLS,
     HELM,
@@ -34,6 +35,9 @@ from tests.support.tiers import tier
 
 FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     "actionlint": (ACTIONLINT,),
+    # the `health` fixture of test_argocd_health.py asks for argocd_lua by its parameter
+    "argocd_lua": (ARGOCD_LUA,),
+    "health": (ARGOCD_LUA,),
     "flux": FLUX_TOOLS,
     "helm_binary": (HELM,),
     "krew": (KREW,),

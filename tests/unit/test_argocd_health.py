@@ -1,7 +1,11 @@
-"""apportion's Argo CD health checks (manifests/argocd/, docs/gitops.md) run by a real Lua 5.1
-interpreter, as Argo CD runs them in gopher-lua: Debian's lua5.1 with lua-dkjson
-(scripts/native-deps.sh installs both), through argocd_run_health.lua, which gives the script only
-the libraries Argo CD gives it. Missing, the tests skip with what to install; under CI they fail.
+"""apportion's Argo CD health checks (manifests/argocd/, docs/gitops.md), each case run twice:
+- by Argo CD itself (argocd-lua, devtools/go/argocd-lua, built from Argo CD's Go module): the
+  shipped argocd-cm patch read by Argo CD's settings manager as a user's argocd-cm, each object's
+  script found by its group and kind and run in Argo CD's Lua VM (gopher-lua, its restricted
+  libraries), as the application-controller does;
+- by a real Lua 5.1 interpreter: Debian's lua5.1 with lua-dkjson (scripts/native-deps.sh installs
+  both), through argocd_run_health.lua, which gives the script only the libraries Argo CD gives
+  it. Missing, those tests skip with what to install; under CI they fail.
 
 Fixtures: tests/fixtures/statuses/<kind>-<phase>.json, whole objects as `kubectl get -o json`
 returns them. Those committed with this test are written by hand from the status the operator
@@ -20,6 +24,7 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,18 +61,52 @@ def lua() -> str:
     pytest.skip(why)
 
 
-def health(lua: str, kind: str, obj: dict[str, Any]) -> dict[str, str]:
-    """What the checked-in script of `kind` says about `obj`: {"status", "message"}."""
-    done = subprocess.run(
-        [lua, str(HARNESS), str(HEALTH / f"apportion.dev_{kind}.lua")],
-        input=json.dumps(obj),
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=10,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)
+Health = Callable[[str, dict[str, Any]], dict[str, str]]
+"""What the checked-in check of a kind says about an object: {"status", "message"}."""
+
+
+def lua51_health(lua: str) -> Health:
+    def run(kind: str, obj: dict[str, Any]) -> dict[str, str]:
+        done = subprocess.run(
+            [lua, str(HARNESS), str(HEALTH / f"apportion.dev_{kind}.lua")],
+            input=json.dumps(obj),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
+        assert done.returncode == 0, done.stderr
+        result: dict[str, str] = json.loads(done.stdout)
+        return result
+
+    return run
+
+
+def argocd_health(argocd_lua: Path) -> Health:
+    def run(kind: str, obj: dict[str, Any]) -> dict[str, str]:
+        # Argo CD picks the script by the object's group and kind: `kind` only says which we meant
+        assert obj["kind"] == kind
+        done = subprocess.run(
+            [str(argocd_lua), "-cm", str(PATCH)],
+            input=json.dumps(obj),
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        assert result["kind"] == kind
+        return {"status": result["status"], "message": result["message"]}
+
+    return run
+
+
+@pytest.fixture(params=["argocd", "lua5.1"])
+def health(request: pytest.FixtureRequest) -> Health:
+    if request.param == "argocd":
+        return argocd_health(request.getfixturevalue("argocd_lua"))
+    return lua51_health(request.getfixturevalue("lua"))
 
 
 def fixture(kind: str, phase: str) -> dict[str, Any]:
@@ -130,10 +169,10 @@ def test_every_recorded_status_has_an_expectation() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_each_recorded_status_has_its_health(lua: str, name: str) -> None:
+def test_each_recorded_status_has_its_health(health: Health, name: str) -> None:
     obj = json.loads((FIXTURES / f"{name}.json").read_text())
     status, message = EXPECTED[name]
-    assert health(lua, obj["kind"], obj) == {"status": status, "message": message}
+    assert health(obj["kind"], obj) == {"status": status, "message": message}
 
 
 def condition(type_: str, status: str, reason: str, message: str = "") -> dict[str, Any]:
@@ -228,36 +267,38 @@ RULES = [
 )
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_rules(
-    lua: str, kind: str, conditions: list[dict[str, Any]], status: str, message: str
+    health: Health, kind: str, conditions: list[dict[str, Any]], status: str, message: str
 ) -> None:
-    assert health(lua, kind, with_conditions(kind, *conditions)) == {
+    assert health(kind, with_conditions(kind, *conditions)) == {
         "status": status,
         "message": message,
     }
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_generation_the_operator_has_not_observed_is_in_progress(lua: str, kind: str) -> None:
+def test_a_generation_the_operator_has_not_observed_is_in_progress(
+    health: Health, kind: str
+) -> None:
     obj = with_conditions(kind, READY, NOT_DEGRADED, NOT_RECONCILING, NOT_STALLED)
     obj["metadata"]["generation"] = 3
     obj["status"]["observedGeneration"] = 2
-    assert health(lua, kind, obj) == {
+    assert health(kind, obj) == {
         "status": "Progressing",
         "message": "waiting for the operator to observe generation 3",
     }
     obj["status"]["observedGeneration"] = 3
-    assert health(lua, kind, obj)["status"] == "Healthy"
+    assert health(kind, obj)["status"] == "Healthy"
 
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_null_status_or_one_without_observed_generation_is_in_progress(
-    lua: str, kind: str
+    health: Health, kind: str
 ) -> None:
     """JSON null is nil to the script, as in Argo CD, not a truthy placeholder."""
     obj = fixture(kind, "settled")
     waiting = {"status": "Progressing", "message": WAITING}
-    assert health(lua, kind, {**obj, "status": None}) == waiting
-    assert health(lua, kind, {**obj, "status": {"conditions": [READY]}}) == waiting
+    assert health(kind, {**obj, "status": None}) == waiting
+    assert health(kind, {**obj, "status": {"conditions": [READY]}}) == waiting
 
 
 def test_the_checked_in_files_are_generated_from_the_one_body() -> None:

@@ -1,9 +1,9 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, the tools the tests run (promtool, helm, krew, kstatus, actionlint) and Flux's
-source-controller and kustomize-controller (devcluster.flux runs them against a dev-cluster), and
-CNCF Distribution's registry (devcluster.registry)."""
+metrics-server, the tools the tests run (promtool, helm, krew, kstatus, argocd-lua, actionlint)
+and Flux's source-controller and kustomize-controller (devcluster.flux runs them against a
+dev-cluster), and CNCF Distribution's registry (devcluster.registry)."""
 
 from __future__ import annotations
 
@@ -73,6 +73,16 @@ KSTATUS = GoTool(
     main_package="apportion.dev/kstatus",
 )
 """sigs.k8s.io/cli-utils' kstatus as a command: how GitOps tools judge a status."""
+ARGOCD_LUA = GoTool(
+    "argocd-lua",
+    "argocd-lua",
+    "github.com/argoproj/argo-cd/v3",
+    ("argocd-lua",),
+    "main.version",
+    main_package="apportion.dev/argocd-lua",
+)
+"""Argo CD's health checks as a command: argocd-cm read by Argo CD's settings manager, the scripts
+run by its Lua VM (tests/unit/test_argocd_health.py)."""
 ACTIONLINT = GoTool(
     "actionlint",
     "tools/actionlint",
@@ -107,7 +117,7 @@ REGISTRY = GoTool(
 )
 """CNCF Distribution, the reference OCI registry: what `dev-cluster start --registry` serves the
 release's images and chart from (devcluster.registry)."""
-TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ACTIONLINT, *FLUX_TOOLS, REGISTRY)
+TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ARGOCD_LUA, ACTIONLINT, *FLUX_TOOLS, REGISTRY)
 """What `make tools` builds: the tools the tests run against what we ship."""
 ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD, METRICS_SERVER)}
 """Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""
