@@ -15,7 +15,6 @@ import json
 import re
 import secrets
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from scripts import release_images
 
 from apportion.api.assignment import (
     AssignmentTable,
@@ -48,17 +48,10 @@ pytestmark = pytest.mark.realnode
 REPO = Path(__file__).resolve().parents[2]
 VERSION = f"0.0.{secrets.randbelow(900_000) + 100_000}"
 SYSTEM = "apportion-system"
-OPERATOR_IMAGE = f"ghcr.io/apportion/apportion:{VERSION}"
-DEMO_IMAGE = f"ghcr.io/apportion/apportion-demo:{VERSION}"
+OPERATOR_IMAGE = release_images.OPERATOR.tag(VERSION)
+DEMO_IMAGE = release_images.DEMO.tag(VERSION)
 GIT_PATH = "deploy"
 SETS_AND_OPERATOR = ("sets", "apportion-operator")
-MANIFEST_TYPES = ", ".join(
-    [
-        "application/vnd.oci.image.index.v1+json",
-        "application/vnd.oci.image.manifest.v1+json",
-        "application/vnd.docker.distribution.manifest.v2+json",
-    ]
-)
 
 
 @dataclass(frozen=True)
@@ -67,16 +60,8 @@ class Published:
     dist: Path
 
     def digest(self, image: str) -> str:
-        """The digest the registry serves for a published name's tag."""
-        repository, tag = oci.repository_path(image).rsplit(":", 1)
-        request = urllib.request.Request(
-            f"http://{self.cluster.registry}/v2/{repository}/manifests/{tag}",
-            method="HEAD",
-            headers={"Accept": MANIFEST_TYPES},
-        )
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(request, timeout=10) as answer:
-            return str(answer.headers["Docker-Content-Digest"])
+        assert self.cluster.registry is not None
+        return oci.served_digest(image, self.cluster.registry)
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +82,8 @@ def published(
 def forget_images(version: str) -> None:
     """The release's images leave buildah's store once pushed (the registry and dist/ hold them):
     every run builds a new version, which would otherwise keep ~300 MB more on the disk."""
-    for image in (OPERATOR_IMAGE, DEMO_IMAGE):
-        oci.buildah("rmi", image.replace(VERSION, version))
+    for image in release_images.IMAGES:
+        oci.buildah("rmi", image.tag(version))
 
 
 def remove_operator(cluster: DevCluster) -> None:
@@ -474,15 +459,16 @@ def test_an_operator_upgrade_and_rollback_under_traffic_move_nothing(
             )  # fmt: skip
             runs_through_a_window(cluster, PREVIOUS)
             tables = decoded(watch.stop())
+            logs = worker_logs(cluster, namespace)
             refused = [
                 line
-                for text in worker_logs(cluster, namespace).values()
+                for text in logs.values()
                 for line in text.splitlines()
                 if " refused unit=" in line
             ]
             changes = [
                 o
-                for pod, text in worker_logs(cluster, namespace).items()
+                for pod, text in logs.items()
                 for o in ownership_lines(text, pod, "PartitionSet/demo")
                 if o.time >= began
             ]

@@ -46,6 +46,8 @@ MANIFESTS_REPOSITORY = "apportion/manifests"
 FLUX_CONFIG = "application/vnd.cncf.flux.config.v1+json"
 FLUX_CONTENT = "application/vnd.cncf.flux.content.v1.tar+gzip"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 REF_NAME = "org.opencontainers.image.ref.name"
 
 
@@ -182,6 +184,17 @@ def push_flux_artifact(archive: Path, registry: str) -> str:
         {"Content-Type": OCI_MANIFEST},
     )
     return f"oci://{registry}/{MANIFESTS_REPOSITORY}:{version}"
+
+
+def served_digest(published: str, registry: str) -> str:
+    """The manifest digest the registry serves for a published name's tag: what a node that
+    pulled it reports in a pod's `imageID`."""
+    repository, tag = repository_path(published).rsplit(":", 1)
+    accept = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_MANIFEST))
+    headers = _request(
+        "HEAD", f"http://{registry}/v2/{repository}/manifests/{tag}", b"", {"Accept": accept}
+    )
+    return str(headers["Docker-Content-Digest"])
 
 
 def _descriptor(media_type: str, blob: bytes) -> dict[str, object]:
