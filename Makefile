@@ -30,7 +30,8 @@ node-deps:
 	sh scripts/node-deps.sh
 
 # Builds kube-apiserver, kube-controller-manager, kubectl, etcd and the node's kubelet,
-# kube-scheduler and kube-proxy once per version into ~/.cache/apportion; a no-op when cached.
+# kube-scheduler, kube-proxy and metrics-server once per version into ~/.cache/apportion; a no-op
+# when cached.
 controlplane: setup
 	$(BIN)/apportion dev-cluster build
 

@@ -3,7 +3,7 @@
 The suite mostly waits (on API servers, pods, JVMs), so the tiers run at the same time instead
 of one after another, in four streams that start once the gates passed:
 
-    go     controlplane, the real node's tools (containerd, metrics-server), then, once the
+    go     controlplane (metrics-server with it), the real node's containerd, then, once the
            image is built too, the real-node tier (one real node per machine: its tests and
            `make demo` run one at a time, in a pytest of their own)
     image  the project's image (buildah)
@@ -41,7 +41,7 @@ APPORTION = str(REPO / ".venv" / "bin" / "apportion")
 # krew, kstatus, promtool, Flux) build in the background at the lowest CPU priority while the
 # tiers run (tests/support/prebuild.py), as compiling them up front would hold the real-node
 # tier back by a quarter of an hour of CPU the waiting tiers leave idle.
-NODE_TOOLS = ("containerd", "metrics-server")
+NODE_TOOLS = ("containerd",)
 NO_TESTS = 5  # pytest's exit status when nothing was collected (or everything left out)
 # The simulator's tier: two workers, each with its own dev-cluster (ports, state directory and
 # pod addresses are its own); a module's tests stay on one worker, so its fixtures start once.

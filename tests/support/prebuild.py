@@ -26,7 +26,6 @@ from apportion_dev.devcluster.tools import (
     HELM,
     KREW,
     KSTATUS,
-    METRICS_SERVER,
     PROMTOOL,
     GoTool,
     tool_build,
@@ -44,7 +43,7 @@ FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     "kstatus_binary": (KSTATUS,),
     "promtool": (PROMTOOL,),
 }
-REAL_NODE_TOOLS = (CONTAINERD, METRICS_SERVER)
+REAL_NODE_TOOLS = (CONTAINERD,)
 LOWEST_PRIORITY = ("nice", "-n", "19")
 
 

@@ -25,6 +25,7 @@ require go.etcd.io/etcd/server/v3 v3.6.8
 require (
 \tcel.dev/expr v0.25.1 // indirect
 \tk8s.io/kubernetes v1.36.3 // indirect
+\tsigs.k8s.io/metrics-server v0.8.0 // indirect
 )
 
 replace (
@@ -39,7 +40,7 @@ tool (
 
 def test_go_mod_pins_are_read() -> None:
     versions = paths.parse_go_mod(GO_MOD)
-    assert versions == paths.ModuleVersions("v1.36.3", "v3.6.8", (1, 26, 0))
+    assert versions == paths.ModuleVersions("v1.36.3", "v3.6.8", "v0.8.0", (1, 26, 0))
 
 
 def test_the_repository_module_pins_kubernetes_1_36() -> None:
@@ -74,7 +75,9 @@ def test_cache_and_module_locations_follow_the_environment(
 
 
 def test_version_stamps_cover_servers_and_kubectl() -> None:
-    flags = build.version_ldflags(paths.ModuleVersions("v1.36.3", "v3.6.8", (1, 26)), "2026-07-22")
+    flags = build.version_ldflags(
+        paths.ModuleVersions("v1.36.3", "v3.6.8", "v0.8.0", (1, 26)), "2026-07-22"
+    )
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         assert f"-X {package}.gitVersion=v1.36.3" in flags
         assert f"-X {package}.gitMajor=1" in flags

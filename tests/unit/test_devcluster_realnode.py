@@ -11,7 +11,6 @@ from apportion_dev.devcluster.realnode import images
 from apportion_dev.devcluster.tools import (
     CONTAINERD,
     KSTATUS,
-    METRICS_SERVER,
     PROMTOOL,
     tool_build,
 )
@@ -28,9 +27,6 @@ def test_node_tools_build_the_pinned_versions_of_their_commands() -> None:
     go_mod = (containerd.module / "go.mod").read_text()
     assert f"github.com/containerd/containerd/v2 {containerd.stamp['containerd']}" in go_mod
     assert containerd.directory.name == f"containerd-{containerd.stamp['containerd']}"
-    metrics_server = tool_build(METRICS_SERVER)
-    assert metrics_server.targets == ("sigs.k8s.io/metrics-server/cmd/metrics-server",)
-    assert metrics_server.stamp["metrics-server"] == "v0.8.0"
 
 
 def test_the_node_names_its_image_as_the_manifests_and_samples_do() -> None:

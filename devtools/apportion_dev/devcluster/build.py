@@ -1,6 +1,6 @@
 """Build the dev-cluster's Go programs from wrapper modules: etcd, kube-apiserver,
-kube-controller-manager, kubectl, kubelet, kube-scheduler and kube-proxy from the control-plane
-module, and the real node's containerd and metrics-server from modules of their own.
+kube-controller-manager, kubectl, kubelet, kube-scheduler, kube-proxy and metrics-server from the
+control-plane module, and the real node's containerd from a module of its own.
 
 One `go build` per module (the Kubernetes binaries share most packages), with
 `GOTOOLCHAIN=local` so Go never downloads a toolchain, `CGO_ENABLED=0` and `-trimpath` so the
@@ -47,6 +47,7 @@ TARGETS = (
     "k8s.io/kubernetes/cmd/kube-scheduler",
     "k8s.io/kubernetes/cmd/kube-proxy",
     "./etcd",
+    "sigs.k8s.io/metrics-server/cmd/metrics-server",
 )
 PROGRESS_INTERVAL = 15.0
 
@@ -60,7 +61,10 @@ def _stderr_progress(message: str) -> None:
 def version_ldflags(versions: ModuleVersions, build_date: str) -> list[str]:
     """`-X` stamps for both version packages (servers read component-base, kubectl's client half
     reads client-go). The module proxy does not tell us the release's commit, so gitCommit is left
-    empty rather than upstream's unexpanded `$Format:%H$` placeholder."""
+    empty rather than upstream's unexpanded `$Format:%H$` placeholder. metrics-server has no
+    version package of its own: its `--version` prints client-go's, so it says v1.36.3 here, the
+    libraries it was built on (upstream stamps client-go with its own release, which one build of
+    eight binaries cannot)."""
     major, minor = re.match(r"v(\d+)\.(\d+)", versions.kubernetes).groups()  # type: ignore[union-attr]
     stamps = {
         "gitVersion": versions.kubernetes,
@@ -82,6 +86,7 @@ def build_stamp(versions: ModuleVersions, module: Path) -> dict[str, object]:
     return {
         "kubernetes": versions.kubernetes,
         "etcd": versions.etcd,
+        "metrics-server": versions.metrics_server,
         "targets": list(TARGETS),
         "flags": ["-trimpath", "-ldflags=-s -w <version stamps>"],
         "env": {"GOTOOLCHAIN": "local", "CGO_ENABLED": "0"},
@@ -126,7 +131,10 @@ def control_plane_build() -> GoBuild:
     module = module_dir()
     versions = module_versions(module)
     return GoBuild(
-        what=f"Kubernetes {versions.kubernetes} and etcd {versions.etcd}",
+        what=(
+            f"Kubernetes {versions.kubernetes}, etcd {versions.etcd} and metrics-server "
+            f"{versions.metrics_server}"
+        ),
         module=module,
         targets=TARGETS,
         binaries=BINARIES,

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl")
-# The real node's Kubernetes half, built in the same `go build` from the same module so that its
-# version always matches the control plane's.
-NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy")
+# The real node's Kubernetes half and its metrics-server, built in the same `go build` from the
+# same module so that their Kubernetes libraries always match the control plane's.
+NODE_BINARIES = ("kubelet", "kube-scheduler", "kube-proxy", "metrics-server")
 BINARIES = CONTROL_PLANE_BINARIES + NODE_BINARIES
 
 
@@ -26,26 +26,30 @@ class DevClusterError(RuntimeError):
 class ModuleVersions:
     kubernetes: str  # "v1.36.3"
     etcd: str  # "v3.6.8"
+    metrics_server: str  # "v0.8.0"
     go: tuple[int, ...]  # minimum Go from the `go` line, e.g. (1, 26, 0)
 
 
+_PINNED = ("k8s.io/kubernetes", "go.etcd.io/etcd/server/v3", "sigs.k8s.io/metrics-server")
 _REQUIRE = re.compile(r"^[ \t]*(?:require[ \t]+)?(\S+)[ \t]+(v\S+)", re.MULTILINE)
 _GO_LINE = re.compile(r"^go[ \t]+(\d+(?:\.\d+)*)[ \t]*$", re.MULTILINE)
 
 
 def parse_go_mod(text: str) -> ModuleVersions:
-    """Read the pinned Kubernetes and etcd versions and the minimum Go from a go.mod's text."""
+    """Read the pinned Kubernetes, etcd and metrics-server versions and the minimum Go from a
+    go.mod's text."""
     required: dict[str, str] = {}
     for path, version in _REQUIRE.findall(text):
         # `replace` lines look like `k8s.io/api => k8s.io/api v0.36.3`; `=>` is never a module.
         required.setdefault(path, version)
     go = _GO_LINE.search(text)
-    missing = [m for m in ("k8s.io/kubernetes", "go.etcd.io/etcd/server/v3") if m not in required]
+    missing = [m for m in _PINNED if m not in required]
     if missing or go is None:
         raise DevClusterError(f"go.mod does not pin {', '.join(missing) or 'a go version'}")
     return ModuleVersions(
         kubernetes=required["k8s.io/kubernetes"],
         etcd=required["go.etcd.io/etcd/server/v3"],
+        metrics_server=required["sigs.k8s.io/metrics-server"],
         go=parse_go_version(go.group(1)),
     )
 

@@ -1,7 +1,7 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
-control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`) and
-metrics-server, the tools the tests run (promtool, helm, krew, kstatus, argocd-lua, actionlint)
+control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`), the
+tools the tests run (promtool, helm, krew, kstatus, argocd-lua, actionlint)
 and Flux's source-controller and kustomize-controller (devcluster.flux runs them against a
 dev-cluster), and CNCF Distribution's registry (devcluster.registry)."""
 
@@ -34,13 +34,6 @@ CONTAINERD = GoTool(
     "github.com/containerd/containerd/v2",
     ("containerd", "containerd-shim-runc-v2", "ctr"),
     "github.com/containerd/containerd/v2/version.Version",
-)
-METRICS_SERVER = GoTool(
-    "metrics-server",
-    "realnode/metrics-server",
-    "sigs.k8s.io/metrics-server",
-    ("metrics-server",),
-    "sigs.k8s.io/metrics-server/pkg/version.gitVersion",
 )
 PROMTOOL = GoTool(
     "promtool",
@@ -119,7 +112,7 @@ REGISTRY = GoTool(
 release's images and chart from (devcluster.registry)."""
 TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ARGOCD_LUA, ACTIONLINT, *FLUX_TOOLS, REGISTRY)
 """What `make tools` builds: the tools the tests run against what we ship."""
-ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD, METRICS_SERVER)}
+ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD)}
 """Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""
 
 _TOOL_BLOCK = re.compile(r"^tool\s*\(\s*\n(.*?)^\)", re.MULTILINE | re.DOTALL)

@@ -21,11 +21,12 @@ from typing import Any
 import yaml
 
 from apportion_dev.devcluster import pki, registry
+from apportion_dev.devcluster.build import ensure_built
 from apportion_dev.devcluster.kubeconfig import write_client_cert_kubeconfig
 from apportion_dev.devcluster.net import free_ports, http_get_json
 from apportion_dev.devcluster.processes import ProcessRecord
 from apportion_dev.devcluster.realnode import host, images
-from apportion_dev.devcluster.tools import CONTAINERD, METRICS_SERVER, ensure_tool
+from apportion_dev.devcluster.tools import CONTAINERD, ensure_tool
 
 NODE_NAME = "apportion-node"
 NODE_LABEL = "apportion.dev/real-node"
@@ -132,7 +133,7 @@ class ImageSources:
 def prepare_images(progress: Callable[[str], None]) -> dict[str, list[str]]:
     """Everything the node runs, built if missing: the pause image, the project's image (under
     the names manifests/ publish it as, too) and metrics-server's."""
-    metrics_server = ensure_tool(METRICS_SERVER, progress) / "metrics-server"
+    metrics_server = ensure_built(progress) / "metrics-server"
     return {
         images.ensure_pause_image(): [],
         images.build_image(progress): images.published_names(),  # cached layers: seconds
