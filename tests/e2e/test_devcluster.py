@@ -66,7 +66,7 @@ def test_api_server_is_ready(dev_cluster: DevCluster) -> None:
 
 def test_kubectl_and_server_report_the_pinned_version(dev_cluster: DevCluster) -> None:
     pinned = module_versions().kubernetes
-    assert pinned.startswith("v1.36.")
+    assert pinned.startswith("v1.37.")
     versions = json.loads(dev_cluster.kubectl("version", "-o", "json").stdout)
     assert versions["clientVersion"]["gitVersion"] == pinned
     assert versions["serverVersion"]["gitVersion"] == pinned

@@ -110,7 +110,7 @@ def who_am_i(cluster: DevCluster, namespace: str, pod: str) -> dict[str, Any]:
 def test_the_node_is_a_real_kubelet_with_its_own_identity(real_cluster: DevCluster) -> None:
     node = json.loads(real_cluster.kubectl("get", "node", NODE_NAME, "-o", "json").stdout)
     info = node["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == "v1.36.3"
+    assert info["kubeletVersion"] == "v1.37.2"
     assert info["containerRuntimeVersion"].startswith("containerd://2.")
     ready = {c["type"]: c["status"] for c in node["status"]["conditions"]}["Ready"]
     assert ready == "True"

@@ -20,16 +20,16 @@ go 1.26.0
 
 godebug default=go1.26
 
-require go.etcd.io/etcd/server/v3 v3.6.8
+require go.etcd.io/etcd/server/v3 v3.7.0
 
 require (
 \tcel.dev/expr v0.25.1 // indirect
-\tk8s.io/kubernetes v1.36.3 // indirect
-\tsigs.k8s.io/metrics-server v0.8.0 // indirect
+\tk8s.io/kubernetes v1.37.2 // indirect
+\tsigs.k8s.io/metrics-server v0.9.0 // indirect
 )
 
 replace (
-\tk8s.io/api => k8s.io/api v0.36.3
+\tk8s.io/api => k8s.io/api v0.37.2
 )
 
 tool (
@@ -40,18 +40,18 @@ tool (
 
 def test_go_mod_pins_are_read() -> None:
     versions = paths.parse_go_mod(GO_MOD)
-    assert versions == paths.ModuleVersions("v1.36.3", "v3.6.8", "v0.8.0", (1, 26, 0))
+    assert versions == paths.ModuleVersions("v1.37.2", "v3.7.0", "v0.9.0", (1, 26, 0))
 
 
 def test_the_repository_module_pins_kubernetes_1_36() -> None:
     versions = paths.module_versions()
-    assert versions.kubernetes.startswith("v1.36.")
-    assert versions.etcd.startswith("v3.6.")
+    assert versions.kubernetes.startswith("v1.37.")
+    assert versions.etcd.startswith("v3.7.")
 
 
 def test_go_mod_without_kubernetes_is_an_error() -> None:
     with pytest.raises(DevClusterError, match=r"k8s\.io/kubernetes"):
-        paths.parse_go_mod("module x\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 v3.6.8\n")
+        paths.parse_go_mod("module x\n\ngo 1.26.0\n\nrequire go.etcd.io/etcd/server/v3 v3.7.0\n")
 
 
 @pytest.mark.parametrize(
@@ -76,12 +76,12 @@ def test_cache_and_module_locations_follow_the_environment(
 
 def test_version_stamps_cover_servers_and_kubectl() -> None:
     flags = build.version_ldflags(
-        paths.ModuleVersions("v1.36.3", "v3.6.8", "v0.8.0", (1, 26)), "2026-07-22"
+        paths.ModuleVersions("v1.37.2", "v3.7.0", "v0.9.0", (1, 26)), "2026-07-22"
     )
     for package in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
-        assert f"-X {package}.gitVersion=v1.36.3" in flags
+        assert f"-X {package}.gitVersion=v1.37.2" in flags
         assert f"-X {package}.gitMajor=1" in flags
-        assert f"-X {package}.gitMinor=36" in flags
+        assert f"-X {package}.gitMinor=37" in flags
         assert f"-X {package}.buildDate=2026-07-22" in flags
         assert f"-X {package}.gitTreeState=clean" in flags
 
@@ -135,12 +135,12 @@ def test_old_go_fails_with_instructions(monkeypatch: pytest.MonkeyPatch, tmp_pat
     ("output", "cause"),
     [
         (
-            'go: k8s.io/api@v0.36.3: Get "https://proxy.golang.org/k8s.io/api/@v/v0.36.3.mod": '
+            'go: k8s.io/api@v0.37.2: Get "https://proxy.golang.org/k8s.io/api/@v/v0.37.2.mod": '
             "dial tcp: lookup proxy.golang.org: no such host",
             "module proxy is unreachable",
         ),
         (
-            "go: k8s.io/api@v0.36.3: module lookup disabled by GOPROXY=off",
+            "go: k8s.io/api@v0.37.2: module lookup disabled by GOPROXY=off",
             "downloading is disabled",
         ),
         ("./etcd/main.go:3:1: syntax error", "the Go build failed"),

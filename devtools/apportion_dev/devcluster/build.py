@@ -5,7 +5,7 @@ control-plane module, and the real node's containerd from a module of its own.
 One `go build` per module (the Kubernetes binaries share most packages), with
 `GOTOOLCHAIN=local` so Go never downloads a toolchain, `CGO_ENABLED=0` and `-trimpath` so the
 binaries do not depend on this machine, and `-ldflags -X` version stamps so `/version` and
-`kubectl version` say v1.36.3 rather than v0.0.0-master. A stamp file records what was built; a
+`kubectl version` say v1.37.2 rather than v0.0.0-master. A stamp file records what was built; a
 build happens only when it is missing or differs, under a file lock so two test runs on a fresh
 machine build once.
 """
@@ -62,7 +62,7 @@ def version_ldflags(versions: ModuleVersions, build_date: str) -> list[str]:
     """`-X` stamps for both version packages (servers read component-base, kubectl's client half
     reads client-go). The module proxy does not tell us the release's commit, so gitCommit is left
     empty rather than upstream's unexpanded `$Format:%H$` placeholder. metrics-server has no
-    version package of its own: its `--version` prints client-go's, so it says v1.36.3 here, the
+    version package of its own: its `--version` prints client-go's, so it says v1.37.2 here, the
     libraries it was built on (upstream stamps client-go with its own release, which one build of
     eight binaries cannot)."""
     major, minor = re.match(r"v(\d+)\.(\d+)", versions.kubernetes).groups()  # type: ignore[union-attr]
@@ -116,7 +116,7 @@ class GoBuild:
     """One `go build` of a wrapper module into a cache directory, and what a cached result must
     match to be reused."""
 
-    what: str  # for progress lines: "Kubernetes v1.36.3 and etcd v3.6.8"
+    what: str  # for progress lines: "Kubernetes v1.37.2 and etcd v3.7.0"
     module: Path
     targets: tuple[str, ...]
     binaries: tuple[str, ...]

@@ -24,9 +24,9 @@ class DevClusterError(RuntimeError):
 
 @dataclass(frozen=True)
 class ModuleVersions:
-    kubernetes: str  # "v1.36.3"
-    etcd: str  # "v3.6.8"
-    metrics_server: str  # "v0.8.0"
+    kubernetes: str  # "v1.37.2"
+    etcd: str  # "v3.7.0"
+    metrics_server: str  # "v0.9.0"
     go: tuple[int, ...]  # minimum Go from the `go` line, e.g. (1, 26, 0)
 
 
@@ -40,7 +40,7 @@ def parse_go_mod(text: str) -> ModuleVersions:
     go.mod's text."""
     required: dict[str, str] = {}
     for path, version in _REQUIRE.findall(text):
-        # `replace` lines look like `k8s.io/api => k8s.io/api v0.36.3`; `=>` is never a module.
+        # `replace` lines look like `k8s.io/api => k8s.io/api v0.37.2`; `=>` is never a module.
         required.setdefault(path, version)
     go = _GO_LINE.search(text)
     missing = [m for m in _PINNED if m not in required]
