@@ -20,16 +20,26 @@ ARG EXTRAS=operator
 # Set (to anything) by the dev-cluster's real node only: the harness and demo of devtools/ go
 # into its image beside the product; the product image never holds them.
 ARG DEVTOOLS=
-# VERSION: both distributions read their version from it (devtools/VERSION links to it).
-COPY pyproject.toml README.md VERSION /src/
-COPY operator /src/operator
-COPY devtools /src/devtools
-# A build behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is
-# mounted for this step only and never lands in a layer.
+# The third-party requirements first, read from the pyproject files alone: a layer that a source
+# change (every release, every `make image`) reuses instead of downloading them again. A build
+# behind a TLS-intercepting proxy passes its CA bundle as the secret `ca-bundle`; it is mounted
+# for the pip steps only and never lands in a layer.
+COPY pyproject.toml scripts/image_requirements.py /src/
+COPY devtools/pyproject.toml /src/devtools/
 RUN --mount=type=secret,id=ca-bundle \
     if [ -f /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
-    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check "/src[${EXTRAS}]" ${DEVTOOLS:+/src/devtools} \
-    && /opt/apportion/bin/pip uninstall --yes --quiet pip setuptools \
+    && python3 /src/image_requirements.py /src/pyproject.toml "${EXTRAS}" ${DEVTOOLS:+/src/devtools/pyproject.toml} > /src/requirements.txt \
+    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check -r /src/requirements.txt
+# VERSION: both distributions read their version from it (devtools/VERSION links to it).
+COPY README.md VERSION /src/
+COPY operator /src/operator
+COPY devtools /src/devtools
+# `pip check` fails the build if the layer above missed a requirement the sources declare.
+RUN --mount=type=secret,id=ca-bundle \
+    if [ -f /run/secrets/ca-bundle ]; then export PIP_CERT=/run/secrets/ca-bundle; fi \
+    && /opt/apportion/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-build-isolation "/src[${EXTRAS}]" ${DEVTOOLS:+/src/devtools} \
+    && /opt/apportion/bin/pip check \
+    && /opt/apportion/bin/pip uninstall --yes --quiet pip setuptools wheel \
     && rm -rf /src
 
 FROM ${BASE}
