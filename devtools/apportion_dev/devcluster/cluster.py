@@ -45,12 +45,6 @@ from apportion_dev.devcluster.state import (
     save_state,
 )
 
-# Controllers that need a cloud provider; everything else kube-controller-manager runs by default.
-CLOUD_CONTROLLERS = (
-    "cloud-node-lifecycle-controller",
-    "node-route-controller",
-    "service-lb-controller",
-)
 SERVICE_CIDR = "10.0.0.0/24"
 SERVICE_IP = "10.0.0.1"  # the `kubernetes` Service: the first address of SERVICE_CIDR
 # How fast a lost real node shows, short for tests yet in upstream's proportions (docs/
@@ -285,6 +279,13 @@ class DevCluster:
         return Path(self._state.bin_dir)
 
     @property
+    def etcd(self) -> str:
+        """etcd's client URL (http://127.0.0.1:PORT), with what the API server stores."""
+        if self._state.etcd is None:
+            raise DevClusterError(f"{self._layout.root} was started before its etcd was recorded")
+        return self._state.etcd
+
+    @property
     def registry(self) -> str | None:
         """host:port of the OCI registry (started with `registry=True`), else None. A published
         name `ghcr.io/X:V` is `<registry>/X:V` there (`registry.repository_path`)."""
@@ -401,7 +402,10 @@ def _start_processes(
     etcd_url = _retry_on_port_clash(lambda: _start_etcd(layout, bin_dir, spawn, started))
     apiserver_flags = cluster_pki.apiserver_flags()
     if not real_node:
-        apiserver_flags.append("--authorization-mode=RBAC")
+        # Since 1.37 the endpoint reconciler refuses a loopback advertise address (the `kubernetes`
+        # Service's endpoints could not be reached from a pod). Simulated pods reach the API
+        # server by their kubeconfig, never by that Service (podsim.podenv).
+        apiserver_flags += ["--authorization-mode=RBAC", "--endpoint-reconciler-type=none"]
     else:
         # The kubelet is a real node user: the Node authorizer and NodeRestriction confine it to
         # its own Node and the objects of its own pods.
@@ -425,7 +429,6 @@ def _start_processes(
             f"--kubeconfig={layout.kubeconfig}",
             f"--service-account-private-key-file={layout.service_account_key}",
             f"--root-ca-file={layout.ca_file}",
-            f"--controllers=*,{','.join('-' + c for c in CLOUD_CONTROLLERS)}",
             f"--flex-volume-plugin-dir={layout.flexvolume}",
             "--leader-elect=false",
             "--secure-port=0",
@@ -445,7 +448,9 @@ def _start_processes(
                 f"--kubelet-version={version}",
             ],
         )
-    state = ClusterState(server=server, token=token, bin_dir=str(bin_dir), processes=started)
+    state = ClusterState(
+        server=server, token=token, bin_dir=str(bin_dir), processes=started, etcd=etcd_url
+    )
     save_state(layout, state)  # from here on, `stop` from another shell finds everything
     if serving.registry:
         # Where the API server listens: every real node's containerd reaches it, further nodes'
