@@ -95,6 +95,9 @@ class ClusterState:
     """The release directory the package index and Maven repository serve (`--dist`)."""
     dist_server: str | None = None
     """http://host:port of the server of `dist`."""
+    etcd: str | None = None
+    """etcd's client URL: what the API server stores, read without the API server (a test of
+    the bytes a CRD's storage version writes)."""
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -105,6 +108,7 @@ class ClusterState:
             "registry": self.registry,
             "dist": self.dist,
             "dist_server": self.dist_server,
+            "etcd": self.etcd,
         }
 
     @classmethod
@@ -117,6 +121,7 @@ class ClusterState:
             registry=_optional(data.get("registry")),
             dist=_optional(data.get("dist")),
             dist_server=_optional(data.get("dist_server")),
+            etcd=_optional(data.get("etcd")),
         )
 
 
