@@ -48,6 +48,14 @@ def test_rolling_update_holds_rebalancing_but_moves_units_of_replaced_pods(
         60,
         "Balanced before the rollout",
     )
+    # Since Kubernetes 1.37 (MaxUnavailableStatefulSet on by default) a Parallel StatefulSet
+    # replaces every old pod that is not yet available (Ready for minReadySeconds) at once,
+    # outside maxUnavailable: start the rollout from available pods, as a real one would.
+    wait_for(
+        lambda: get(kubectl, namespace, "statefulset", "w")["status"].get("availableReplicas") == 4,
+        60,
+        "4 available worker pods",
+    )
     before = published(kubectl, namespace, "PartitionSet", "roll")
     old_uids = dict(before.member_uids)
 
