@@ -119,6 +119,10 @@ def namespace(dev_cluster: DevCluster, request: pytest.FixtureRequest) -> Iterat
 
 @pytest.fixture(scope="session")
 def crds(dev_cluster: DevCluster) -> None:
+    install_crds(dev_cluster)
+
+
+def install_crds(dev_cluster: DevCluster) -> None:
     """apportion's CRDs installed as a user would (`kubectl apply -f crds/`), established and
     serving lists (Established comes a moment before the storage answers)."""
     dev_cluster.kubectl("apply", "-f", str(REPO / "crds"))

@@ -26,6 +26,7 @@ from apportion_dev.devcluster.tools import (
     HELM,
     KREW,
     KSTATUS,
+    OLDEST_KUBERNETES,
     PROMTOOL,
     GoTool,
     tool_build,
@@ -42,6 +43,7 @@ FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     "krew": (KREW,),
     "kstatus_binary": (KSTATUS,),
     "promtool": (PROMTOOL,),
+    "oldest_kubernetes": (OLDEST_KUBERNETES,),
 }
 REAL_NODE_TOOLS = (CONTAINERD,)
 LOWEST_PRIORITY = ("nice", "-n", "19")

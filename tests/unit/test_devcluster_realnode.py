@@ -11,6 +11,7 @@ from apportion_dev.devcluster.realnode import images
 from apportion_dev.devcluster.tools import (
     CONTAINERD,
     KSTATUS,
+    OLDEST_KUBERNETES,
     PROMTOOL,
     tool_build,
 )
@@ -56,3 +57,17 @@ def test_kstatus_is_built_from_its_own_module_and_rebuilt_when_its_source_change
     assert kstatus.stamp["kstatus"] == "v0.37.2"
     assert kstatus.directory.name == "kstatus-v0.37.2"
     assert set(kstatus.stamp["sources"]) == {"main.go"}  # type: ignore[call-overload]
+
+
+def test_the_oldest_kubernetes_builds_its_control_plane_stamped_with_its_version() -> None:
+    oldest = tool_build(OLDEST_KUBERNETES)
+    assert set(oldest.targets) == {
+        "apportion.dev/controlplane-oldest/etcd",
+        *(f"k8s.io/kubernetes/cmd/{name}" for name in oldest.binaries if name != "etcd"),
+    }
+    version = oldest.stamp["kubernetes-oldest"]
+    assert str(version).startswith("v1.30.")
+    assert oldest.directory.name == f"kubernetes-oldest-{version}"
+    flags = oldest.ldflags("2026-01-01")
+    assert f"-X k8s.io/component-base/version.gitVersion={version}" in flags
+    assert "-X k8s.io/component-base/version.gitMinor=30" in flags

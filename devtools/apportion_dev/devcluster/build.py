@@ -58,16 +58,16 @@ def _stderr_progress(message: str) -> None:
     print(f"[dev-cluster build] {message}", file=sys.stderr, flush=True)
 
 
-def version_ldflags(versions: ModuleVersions, build_date: str) -> list[str]:
+def version_ldflags(kubernetes: str, build_date: str) -> list[str]:
     """`-X` stamps for both version packages (servers read component-base, kubectl's client half
     reads client-go). The module proxy does not tell us the release's commit, so gitCommit is left
     empty rather than upstream's unexpanded `$Format:%H$` placeholder. metrics-server has no
     version package of its own: its `--version` prints client-go's, so it says v1.37.2 here, the
     libraries it was built on (upstream stamps client-go with its own release, which one build of
     eight binaries cannot)."""
-    major, minor = re.match(r"v(\d+)\.(\d+)", versions.kubernetes).groups()  # type: ignore[union-attr]
+    major, minor = re.match(r"v(\d+)\.(\d+)", kubernetes).groups()  # type: ignore[union-attr]
     stamps = {
-        "gitVersion": versions.kubernetes,
+        "gitVersion": kubernetes,
         "gitMajor": major,
         "gitMinor": minor,
         "gitCommit": "",
@@ -142,7 +142,7 @@ def control_plane_build() -> GoBuild:
         stamp=build_stamp(versions, module),
         go_minimum=versions.go,
         dated_module="k8s.io/kubernetes",
-        ldflags=lambda date: version_ldflags(versions, date),
+        ldflags=lambda date: version_ldflags(versions.kubernetes, date),
     )
 
 

@@ -137,6 +137,7 @@ class DevCluster:
         dist: Path | None = None,
         detach: bool = False,
         progress: Progress | None = None,
+        binaries: Path | None = None,
     ) -> DevCluster:
         """Build the binaries if needed, start everything, wait until it works.
 
@@ -154,12 +155,17 @@ class DevCluster:
             and its Maven repository (apportion_dev.devcluster.distserver).
         detach: leave the processes running after this interpreter exits (the CLI's `start`);
             otherwise they stop with it at the latest.
+        binaries: a directory with etcd, kube-apiserver, kube-controller-manager and kubectl of
+            another Kubernetes version (`tools.OLDEST_KUBERNETES`), run with the pod simulator
+            instead of this checkout's control plane.
         """
         if not 1 <= nodes <= node.MAX_NODES or (nodes > 1 and not real_node):
             raise DevClusterError(
                 f"{nodes} nodes: 1 to {node.MAX_NODES} real nodes, or the pod simulator's own"
             )
-        bin_dir = ensure_built(progress)
+        if binaries is not None and real_node:
+            raise DevClusterError("a real node runs this checkout's Kubernetes only")
+        bin_dir = ensure_built(progress) if binaries is None else binaries
         if dist is not None:
             dist = Path(dist).resolve()
             if not dist.is_dir():
@@ -171,7 +177,7 @@ class DevCluster:
             if reason:
                 raise DevClusterError(f"no real node on this machine: {reason}")
             node_images = node.prepare_images(progress or _say)
-        version = module_versions().kubernetes
+        version = module_versions().kubernetes if binaries is None else _version_of(bin_dir)
         if state_dir is None:
             layout = Layout(Path(tempfile.mkdtemp(prefix="apportion-dev-cluster-")))
         else:
@@ -605,6 +611,14 @@ def _start_etcd(
 
     _wait_or_retry(healthy, record, started, "etcd")
     return client
+
+
+def _version_of(bin_dir: Path) -> str:
+    """`Kubernetes v1.30.14` → `v1.30.14`, as the API server says it."""
+    said = subprocess.run(
+        [str(bin_dir / "kube-apiserver"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    return said.split()[-1]
 
 
 def _start_apiserver(

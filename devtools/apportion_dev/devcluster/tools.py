@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from apportion_dev.devcluster.build import GoBuild, Progress, ensure
+from apportion_dev.devcluster.build import GoBuild, Progress, ensure, version_ldflags
 from apportion_dev.devcluster.paths import DevClusterError, cache_root, module_dir, parse_go_version
 
 
@@ -26,6 +27,8 @@ class GoTool:
     main_package: str | None = None
     """A main package of the wrapper module itself (kstatus), built instead of its `tool` lines;
     its Go files count in the stamp, so an edit rebuilds it."""
+    stamps: Callable[[str, str], list[str]] | None = None
+    """`-X` flags from (version, build date), where one variable does not say the version."""
 
 
 CONTAINERD = GoTool(
@@ -110,7 +113,27 @@ REGISTRY = GoTool(
 )
 """CNCF Distribution, the reference OCI registry: what `dev-cluster start --registry` serves the
 release's images and chart from (devcluster.registry)."""
-TEST_TOOLS = (PROMTOOL, HELM, KREW, KSTATUS, ARGOCD_LUA, ACTIONLINT, *FLUX_TOOLS, REGISTRY)
+OLDEST_KUBERNETES = GoTool(
+    "kubernetes-oldest",
+    "controlplane-oldest",
+    "k8s.io/kubernetes",
+    ("etcd", "kube-apiserver", "kube-controller-manager", "kubectl"),
+    None,
+    stamps=version_ldflags,
+)
+"""The oldest Kubernetes we support, for a dev-cluster with the pod simulator
+(`DevCluster.start(binaries=...)`): the CRDs, the policies and a convergence test run on it."""
+TEST_TOOLS = (
+    PROMTOOL,
+    HELM,
+    KREW,
+    KSTATUS,
+    ARGOCD_LUA,
+    ACTIONLINT,
+    *FLUX_TOOLS,
+    REGISTRY,
+    OLDEST_KUBERNETES,
+)
 """What `make tools` builds: the tools the tests run against what we ship."""
 ALL_TOOLS = {tool.name: tool for tool in (*TEST_TOOLS, CONTAINERD)}
 """Every wrapper-module build by name: `apportion dev-cluster tools NAME...` builds any of them."""
@@ -155,8 +178,12 @@ def tool_build(tool: GoTool) -> GoBuild:
         },
         go_minimum=parse_go_version(go.group(1)),
         dated_module=tool.module_path,
-        ldflags=lambda _date: (
-            [f"-X {tool.version_variable}={version}"] if tool.version_variable else []
+        ldflags=lambda date: (
+            tool.stamps(version, date)
+            if tool.stamps is not None
+            else [f"-X {tool.version_variable}={version}"]
+            if tool.version_variable
+            else []
         ),
     )
 
