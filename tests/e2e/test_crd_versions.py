@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from apportion.api import resource_kinds
 from apportion_dev.devcluster import DevCluster
 from tests.support.waiting import wait_for
 
@@ -81,8 +82,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevCluster]:
 
 def objects() -> list[tuple[str, dict[str, Any]]]:
     """(plural, object) of every set the samples hold."""
-    plural = {"PartitionSet": "partitionsets", "ShardSet": "shardsets", "GrainType": "graintypes"}
-    return [(plural[d["kind"]], d) for path in SAMPLES for d in sets(path)]
+    kinds = resource_kinds()
+    return [(kinds[d["kind"]].crd.plural, d) for path in SAMPLES for d in sets(path)]
 
 
 def migrate(cluster: DevCluster) -> str:

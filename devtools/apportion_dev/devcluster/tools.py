@@ -178,14 +178,14 @@ def tool_build(tool: GoTool) -> GoBuild:
         },
         go_minimum=parse_go_version(go.group(1)),
         dated_module=tool.module_path,
-        ldflags=lambda date: (
-            tool.stamps(version, date)
-            if tool.stamps is not None
-            else [f"-X {tool.version_variable}={version}"]
-            if tool.version_variable
-            else []
-        ),
+        ldflags=lambda date: _stamps(tool, version, date),
     )
+
+
+def _stamps(tool: GoTool, version: str, build_date: str) -> list[str]:
+    if tool.stamps is not None:
+        return tool.stamps(version, build_date)
+    return [f"-X {tool.version_variable}={version}"] if tool.version_variable else []
 
 
 def ensure_tool(tool: GoTool, progress: Progress | None = None) -> Path:

@@ -24,7 +24,8 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.types import PatchType
 
-from apportion.api import crdgen
+from apportion import GROUP
+from apportion.api import resource_kinds
 
 NOT_FOUND = 404
 
@@ -50,11 +51,7 @@ class Migrated:
 
 
 def crd_names() -> list[str]:
-    return [
-        name.removesuffix(".yaml")
-        for name in crdgen.rendered_files()
-        if name.endswith(".apportion.dev.yaml")
-    ]
+    return sorted(f"{kind.crd.plural}.{GROUP}" for kind in resource_kinds().values())
 
 
 async def migrate_crd(client: AsyncClient, name: str) -> Migrated:
