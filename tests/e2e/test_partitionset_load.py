@@ -47,12 +47,16 @@ def test_reported_load_moves_units_off_the_pod_with_the_hot_unit(
             return None
         hot_owner = table.units["0"].owner
         alone = table.by_member()[hot_owner] == ["0"]
-        return (
-            (obj, table) if obj["status"].get("metricsSource") == "WorkerLoad" and alone else None
-        )
+        # The first balanced plans may rest on a moment's figures (a scrape that timed out, a
+        # unit between owners counts as the mean); later passes correct them, so the test waits
+        # for where the loads lead rather than judging the first plan that looks settled.
+        optimal = sorted(counts(table).values()) == [1, 2, 2, 3]
+        settled = obj["status"].get("metricsSource") == "WorkerLoad" and alone and optimal
+        return (obj, table) if settled else None
 
-    obj, table = wait_for(by_load, 120, "the hot unit's pod relieved of its other units")
-    assert sorted(counts(table).values()) == [1, 2, 2, 3]
+    obj, table = wait_for(
+        by_load, 120, "the hot unit's pod relieved of its other units, the rest spread 2/2/3"
+    )
     rows = {row["member"]: row for row in obj["status"]["memberUnits"]}
     hot_owner = table.units["0"].owner
     assert float(rows[hot_owner]["load"]) == pytest.approx(10, rel=0.2)
