@@ -6,7 +6,7 @@
 ARG BASE=python:3.11-slim
 
 FROM ${BASE} AS builder
-# A compiler and libxxhash-dev for the native key kernel; Python.h from python3-dev only where the
+# A compiler and libxxhash-dev (the header it compiles in) for the native key kernel; Python.h from python3-dev only where the
 # base's interpreter lacks its headers (Debian's python3 does, the official image does not).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev libxxhash-dev \
@@ -43,10 +43,7 @@ RUN --mount=type=secret,id=ca-bundle \
     && rm -rf /src
 
 FROM ${BASE}
-RUN if ! dpkg -s libxxhash0 >/dev/null 2>&1; then \
-         apt-get update && apt-get install -y --no-install-recommends libxxhash0 \
-         && rm -rf /var/lib/apt/lists/*; fi \
-    && useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin apportion
+RUN useradd --uid 10001 --user-group --no-create-home --shell /usr/sbin/nologin apportion
 COPY --from=builder /opt/apportion /opt/apportion
 # Read-only root filesystem: nothing writes .pyc files at run time (pip compiled them).
 ENV PATH=/opt/apportion/bin:$PATH \

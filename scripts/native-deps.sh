@@ -3,8 +3,8 @@
 # as root, or through passwordless sudo), else a note says what is left out. Never fails the
 # setup, except under CI (CI=true), which leaves out nothing: there a missing package is an
 # error. A no-op when present.
-# - libxxhash-dev for the optional native key kernel (apportion.engine._keys), which links the
-#   system libxxhash; without it (or a C compiler) apportion uses its Python key path
+# - libxxhash-dev for the optional native key kernel (apportion.engine._keys), which compiles
+#   in its xxhash.h; without it (or a C compiler) apportion uses its Python key path
 #   (apportion.engine.keys.NATIVE is False).
 # - lua5.1 and lua-dkjson, the Lua 5.1 interpreter and JSON module tests/unit/test_argocd_health.py
 #   runs the Argo CD health checks with (manifests/argocd/); without them those tests skip,

