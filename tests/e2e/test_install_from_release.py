@@ -11,6 +11,7 @@ digests are the registry's).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
@@ -22,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 from scripts import release_images
@@ -37,10 +39,11 @@ from apportion_dev.devcluster import registry as oci
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.gitserver import GitServer
+from tests.e2e.conftest import install_crds
 from tests.support import release
 from tests.support.flux import KUSTOMIZE_API, SOURCE_API, SetWatch, condition
 from tests.support.postgres import PostgresServer
-from tests.support.unitset import ownership_lines, read_table
+from tests.support.unitset import Ownership, ownership_lines, read_table
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.realnode
@@ -191,9 +194,8 @@ def test_install_yaml_installs_the_operator_the_release_names(published: Publish
         remove_operator(cluster)
 
 
-def flux_objects(published: Published, namespace: str, git_url: str) -> list[dict[str, Any]]:
-    """The operator from the release's Flux artifact (OCIRepository), and a set from Git applied
-    only once the operator's Kustomization is Ready (dependsOn), both waited for (kstatus)."""
+def flux_operator(published: Published, namespace: str, tag: str) -> list[dict[str, Any]]:
+    """The operator from the release's Flux artifact (OCIRepository `tag`), waited for (kstatus)."""
     meta = {"namespace": namespace}
     return [
         {
@@ -202,7 +204,7 @@ def flux_objects(published: Published, namespace: str, git_url: str) -> list[dic
             "metadata": {"name": "apportion", **meta},
             "spec": {
                 "url": f"oci://{published.cluster.registry}/{oci.MANIFESTS_REPOSITORY}",
-                "ref": {"tag": VERSION},
+                "ref": {"tag": tag},
                 "insecure": True,
                 "interval": "10m",
             },
@@ -221,6 +223,15 @@ def flux_objects(published: Published, namespace: str, git_url: str) -> list[dic
                 "wait": True,
             },
         },
+    ]
+
+
+def flux_objects(published: Published, namespace: str, git_url: str) -> list[dict[str, Any]]:
+    """The operator of this release from Flux, and a set from Git applied only once the
+    operator's Kustomization is Ready (dependsOn), both waited for (kstatus)."""
+    meta = {"namespace": namespace}
+    return [
+        *flux_operator(published, namespace, VERSION),
         {
             "apiVersion": SOURCE_API,
             "kind": "GitRepository",
@@ -289,23 +300,31 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
             operator_ready = condition(operator, "Ready")["lastTransitionTime"]
             assert pset["metadata"]["creationTimestamp"] >= operator_ready
         finally:
-            # The set goes with its Kustomization; the operator's is told not to prune first,
-            # or its CRDs, which every set of the cluster lives on, would go with it.
-            flux_delete = ("delete", "-n", namespace, "--timeout=120s")
-            cluster.kubectl(*flux_delete, "kustomization", "sets", check=False)
+            # The set goes with its Kustomization, before the operator's.
             cluster.kubectl(
-                "patch", "-n", namespace, "kustomization", "apportion-operator", "--type=merge",
-                "-p", json.dumps({"spec": {"prune": False}}), check=False,
-            )  # fmt: skip
-            cluster.kubectl(*flux_delete, "kustomization", "apportion-operator", check=False)
-            cluster.kubectl(*flux_delete, "ocirepository,gitrepository", "--all", check=False)
+                "delete", "-n", namespace, "--timeout=120s", "kustomization", "sets", check=False
+            )
+            remove_flux_operator(cluster, namespace)
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-            remove_operator(cluster)
 
 
-# N-1: the release of an earlier commit, cut by the same command (the last commit of the
-# session before releases could be installed from a registry).
-PREVIOUS_COMMIT = "17673fd"
+def remove_flux_operator(cluster: DevCluster, namespace: str) -> None:
+    """The operator's Kustomization is told not to prune first, or its CRDs, which every set of
+    the cluster lives on, would go with it; then the Flux objects and the operator go."""
+    flux_delete = ("delete", "-n", namespace, "--timeout=120s")
+    cluster.kubectl(
+        "patch", "-n", namespace, "kustomization", "apportion-operator", "--type=merge",
+        "-p", json.dumps({"spec": {"prune": False}}), check=False,
+    )  # fmt: skip
+    cluster.kubectl(*flux_delete, "kustomization", "apportion-operator", check=False)
+    cluster.kubectl(*flux_delete, "ocirepository,gitrepository", "--all", check=False)
+    remove_operator(cluster)
+
+
+# N-1: the release of an earlier commit, cut by the same command: the last one CI landed before
+# this suite's upgrade tests grew (stop 37). Its CRDs take server-side apply, which Flux uses;
+# an earlier commit's listed one CEL rule twice and no Flux could install it (CHANGELOG, Fixed).
+PREVIOUS_COMMIT = "e3de933"
 PREVIOUS = f"0.0.{secrets.randbelow(900_000) + 100_000}"
 TRAFFIC_WINDOW = 20.0  # seconds of traffic watched after each step, for a move to show
 
@@ -321,23 +340,50 @@ def previous(published: Published, tmp_path_factory: pytest.TempPathFactory) -> 
     return dist
 
 
+@dataclass(frozen=True)
+class SampleSet:
+    """A set of the release's samples and its StatefulSet of demo workers."""
+
+    kind: str
+    name: str
+    workers: str
+    sample: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    @property
+    def table(self) -> str:
+        """The name of the ConfigMap its assignment is published in."""
+        return assignment_config_map(self.kind, self.name)
+
+
+UPGRADED_SETS = (
+    SampleSet("PartitionSet", "demo", "demo-workers", "partitionset-demo.yaml"),
+    SampleSet("ShardSet", "carts", "cart-workers", "shardset-demo.yaml"),
+)
+
+
 def upgrade_workload(dist: Path, postgres: str) -> list[dict[str, Any]]:
-    """The release's PartitionSet sample with every request written to PostgreSQL through the
-    fence, placed by count, and its traffic generator aimed at it alone (20 requests/s)."""
+    """N-1's PartitionSet and ShardSet samples with every request written to PostgreSQL through
+    the fence, placed by count, and the traffic generator aimed at both (20 requests/s)."""
     docs = [
         d
-        for d in yaml.safe_load_all((dist / "samples" / "partitionset-demo.yaml").read_text())
+        for s in UPGRADED_SETS
+        for d in yaml.safe_load_all((dist / "samples" / s.sample).read_text())
         if d
     ]
     traffic = [
         d for d in yaml.safe_load_all((dist / "samples" / "traffic-demo.yaml").read_text()) if d
     ]
     for doc in docs:
-        if doc["kind"] == "PartitionSet":
-            doc["spec"]["rebalance"].update(handoffTimeout="20s")
+        if doc["kind"] in ("PartitionSet", "ShardSet"):
+            # A worker pod replaced by a rolling update gets its units back, not its siblings.
+            doc["spec"]["rebalance"].update(handoffTimeout="20s", restartGrace="2m")
             # Placed by count, not by the measured load: under traffic Balanced moves units
             # for the load alone, which is its business; here any move is the upgrade's.
-            del doc["spec"]["metrics"]
+            doc["spec"].pop("metrics", None)
         if doc["kind"] == "StatefulSet":
             (container,) = doc["spec"]["template"]["spec"]["containers"]
             container["env"].append({"name": "APPORTION_DEMO_POSTGRES", "value": postgres})
@@ -346,13 +392,16 @@ def upgrade_workload(dist: Path, postgres: str) -> list[dict[str, Any]]:
             doc["data"]["rate"] = "20"
         if doc["kind"] == "Deployment":
             (container,) = doc["spec"]["template"]["spec"]["containers"]
-            container["command"] = [*container["command"][:2], "--set=PartitionSet/demo"]
+            sets = [f"--set={s.ref}" for s in UPGRADED_SETS]
+            container["command"] = [*container["command"][:2], *sets]
+            # The client is the test's, not part of the upgrade: N's, which tells a request no
+            # pod answered (one that just exited) from one answered with an error.
+            container["image"] = DEMO_IMAGE
     return docs + traffic
 
 
-def decoded(versions: list[dict[str, Any]]) -> list[AssignmentTable]:
-    base = assignment_config_map("PartitionSet", "demo")
-    return [decode_assignment([ConfigMapPayload.from_configmap(v, base)]) for v in versions]
+def decoded(sample: SampleSet, versions: list[dict[str, Any]]) -> list[AssignmentTable]:
+    return [decode_assignment([ConfigMapPayload.from_configmap(v, sample.table)]) for v in versions]
 
 
 def traffic_since(cluster: DevCluster, namespace: str, since: float) -> Counter[str]:
@@ -366,7 +415,7 @@ def traffic_since(cluster: DevCluster, namespace: str, since: float) -> Counter[
         if "traffic (" not in text or _epoch(stamp) < since:
             continue
         for count, what in re.findall(
-            r"(\d+) (requests|ok|redirected|unavailable|unrouted|failed|dropped)", text
+            r"(\d+) (requests|ok|redirected|unavailable|unrouted|unreachable|failed|dropped)", text
         ):
             total[what] += int(count)
     return total
@@ -376,17 +425,18 @@ def _epoch(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339.replace("Z", "+00:00")).timestamp()
 
 
-def worker_logs(cluster: DevCluster, namespace: str) -> dict[str, str]:
-    pods = json.loads(
-        cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", "app=demo-workers", "-o", "json"
-        ).stdout
-    )["items"]
+def worker_pods(cluster: DevCluster, namespace: str, sample: SampleSet) -> list[dict[str, Any]]:
+    selector = f"app={sample.workers}"
+    listing = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
+    return list(json.loads(listing.stdout)["items"])
+
+
+def worker_logs(cluster: DevCluster, namespace: str, sample: SampleSet) -> dict[str, str]:
     return {
         p["metadata"]["name"]: cluster.kubectl(
             "logs", "-n", namespace, p["metadata"]["name"]
         ).stdout
-        for p in pods
+        for p in worker_pods(cluster, namespace, sample)
     }
 
 
@@ -406,95 +456,305 @@ def runs_through_a_window(cluster: DevCluster, version: str) -> None:
     time.sleep(TRAFFIC_WINDOW)
 
 
-def test_an_operator_upgrade_and_rollback_under_traffic_move_nothing(
-    published: Published, previous: Path, helm: Callable[..., Any], tmp_path: Path
+class HelmInstall:
+    """The operator from the chart in the registry: `helm install`, `upgrade`, `rollback`."""
+
+    def __init__(self, cluster: DevCluster, helm: Callable[..., Any]) -> None:
+        self.cluster, self.helm = cluster, helm
+        chart = f"oci://{cluster.registry}/{oci.CHART_REPOSITORY}/apportion"
+        self.kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
+        self.args = ("apportion", chart, "-n", SYSTEM, self.kubeconfig, "--plain-http", "--wait")
+
+    def install(self, version: str) -> None:
+        self.helm(
+            "install", *self.args, "--version", version, "--create-namespace", "--timeout=300s",
+            timeout=360,
+        )  # fmt: skip
+
+    def upgrade(self, version: str) -> None:
+        self.helm("upgrade", *self.args, "--version", version, "--timeout=300s", timeout=360)
+
+    def roll_back(self) -> None:
+        self.helm(
+            "rollback", "apportion", "1", "-n", SYSTEM, self.kubeconfig, "--wait",
+            "--timeout=300s", timeout=360,
+        )  # fmt: skip
+
+    def remove(self) -> None:
+        self.helm("uninstall", "apportion", "-n", SYSTEM, self.kubeconfig, "--wait", check=False)
+        remove_operator(self.cluster)
+
+
+class FluxInstall:
+    """The operator from the release's Flux artifact: an OCIRepository pinned to a tag and its
+    Kustomization; upgrading and rolling back are changing the tag (a commit, in a user's Git)."""
+
+    def __init__(self, published: Published, flux: Flux) -> None:
+        # Flux's objects in a namespace of their own: deleting the workload's namespace must not
+        # delete the operator's Kustomization, which would prune the CRDs with it.
+        self.published, self.flux = published, flux
+        self.namespace = f"flux-upgrade-{secrets.token_hex(3)}"
+        flux.cluster.kubectl("create", "namespace", self.namespace)
+        self.first: str | None = None
+
+    def install(self, version: str) -> None:
+        self.first = version
+        objects = flux_operator(self.published, self.namespace, version)
+        self.flux.cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
+        self._applied(version)
+
+    def upgrade(self, version: str) -> None:
+        self.flux.cluster.kubectl(
+            "patch", "-n", self.namespace, "ocirepository", "apportion", "--type=merge",
+            "-p", json.dumps({"spec": {"ref": {"tag": version}}}),
+        )  # fmt: skip
+        self.flux.reconcile_now("ocirepository", self.namespace, "apportion")
+        self._applied(version)
+
+    def roll_back(self) -> None:
+        assert self.first is not None
+        self.upgrade(self.first)
+
+    def remove(self) -> None:
+        remove_flux_operator(self.flux.cluster, self.namespace)
+        self.flux.cluster.kubectl("delete", "namespace", self.namespace, "--wait=false")
+        # The artifacts carry their release's CRDs: N's go back for the modules after this one.
+        install_crds(self.flux.cluster)
+
+    def _applied(self, version: str) -> None:
+        def ready() -> bool:
+            found = self.flux.get("kustomization", self.namespace, "apportion-operator")
+            status = found.get("status", {})
+            return condition(found, "Ready").get("status") == "True" and status.get(
+                "lastAppliedRevision", ""
+            ).startswith(f"{version}@")
+
+        wait_for(
+            ready,
+            timeout=420,
+            message=lambda: json.dumps(
+                self.flux.get("kustomization", self.namespace, "apportion-operator").get("status")
+            ),
+        )
+
+
+@pytest.mark.parametrize("installer", ["Helm", "Flux"])
+def test_upgrades_and_a_rollback_under_traffic_move_nothing(
+    published: Published,
+    previous: Path,
+    helm: Callable[..., Any],
+    tmp_path: Path,
+    installer: str,
 ) -> None:
-    """N-1 places a PartitionSet whose workers write every request through the PostgreSQL fence
-    under traffic; Helm upgrades the operator to N, then rolls it back to N-1. Through both, every
-    table the operator publishes keeps each unit with its owner under its token (0 moves), no
-    epoch goes back, no worker acquires, releases or stops a unit, no request fails and the fence
-    refuses no write."""
+    """N-1 places a PartitionSet and a ShardSet whose workers write every request through the
+    PostgreSQL fence under traffic. The operator is upgraded to N (by Helm, or by Flux following
+    a new tag); with Helm, the workers' image is then rolled to N's (StatefulSet rolling updates,
+    with `restartGrace`: once is enough, it does not depend on who installed the operator); then
+    the operator goes back to N-1. Through the operator's two steps no table changes a unit, no
+    worker acquires, releases or stops one, and no request goes unserved; through the workers'
+    roll every unit waits for the pod it was on and returns to it (never another pod's, no epoch
+    back, no `HandoffTimedOut`). Throughout, no request fails, the fence refuses no write, and
+    every write the store took of a unit was made by its owner."""
     cluster = published.cluster
-    chart = f"oci://{cluster.registry}/{oci.CHART_REPOSITORY}/apportion"
-    kubeconfig = f"--kubeconfig={cluster.kubeconfig}"
-    release_args = ("apportion", chart, "-n", SYSTEM, kubeconfig, "--plain-http", "--wait")
-    helm(
-        "install", *release_args, "--version", PREVIOUS, "--create-namespace", "--timeout=300s",
-        timeout=360,
-    )  # fmt: skip
     namespace = f"upgrade-{secrets.token_hex(3)}"
     cluster.kubectl("create", "namespace", namespace)
-    try:
-        with PostgresServer(address=GATEWAY, clients=CLUSTER_CIDR) as server:
-            workload = upgrade_workload(previous, server.dsn())
-            cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(workload))
-
-            def settled() -> AssignmentTable | None:
-                table = read_table(cluster.kubectl, namespace, "PartitionSet", "demo")
-                if table is None or any(
-                    s.owner is None or s.releasing for s in table.units.values()
-                ):
-                    return None
-                served = {
-                    o.unit
-                    for pod, text in worker_logs(cluster, namespace).items()
-                    for o in ownership_lines(text, pod, "PartitionSet/demo")
-                }
-                flowing = traffic_since(cluster, namespace, 0)["ok"] > 0
-                return table if len(served) == table.count and flowing else None
-
-            before = wait_for(
-                settled, timeout=300, message="N-1 never placed and served the sample"
+    with contextlib.ExitStack() as stack:
+        if installer == "Helm":
+            install: HelmInstall | FluxInstall = HelmInstall(cluster, helm)
+        else:
+            flux = stack.enter_context(Flux.start(cluster, tmp_path / "flux"))
+            install = FluxInstall(published, flux)
+        stack.callback(install.remove)
+        stack.callback(
+            cluster.kubectl,
+            "delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False,
+        )  # fmt: skip
+        install.install(PREVIOUS)
+        server = stack.enter_context(PostgresServer(address=GATEWAY, clients=CLUSTER_CIDR))
+        workload = upgrade_workload(previous, server.dsn())
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(workload))
+        steps = UpgradeSteps(cluster, namespace, tmp_path)
+        before = wait_for(
+            steps.settled, timeout=300, message="N-1 never placed and served the samples"
+        )
+        operator_up = steps.run(
+            "operator N-1 → N",
+            lambda: install.upgrade(VERSION),
+            lambda: runs_through_a_window(cluster, VERSION),
+        )
+        workers_up = (
+            steps.run(
+                "workers N-1 → N",
+                lambda: steps.roll_workers(DEMO_IMAGE),
+                lambda: wait_for(steps.settled, timeout=300, message="never served after the roll"),
+                lambda: time.sleep(TRAFFIC_WINDOW),
             )
-            began = time.time()
-            watch = SetWatch(
-                cluster, namespace, "configmap", assignment_config_map("PartitionSet", "demo"),
-                tmp_path / "tables.json",
+            if installer == "Helm"
+            else None
+        )
+        operator_back = steps.run(
+            "operator N → N-1",
+            install.roll_back,
+            lambda: runs_through_a_window(cluster, PREVIOUS),
+        )
+        writers = fenced_writers(server.dsn())
+        timed_out = [
+            e
+            for e in json.loads(
+                cluster.kubectl("get", "events", "-n", namespace, "-o", "json").stdout
+            )["items"]
+            if e["reason"] == "HandoffTimedOut"
+        ]
+    steps_in_order = [s for s in (operator_up, workers_up, operator_back) if s is not None]
+    for sample in UPGRADED_SETS:
+        ref = sample.ref
+        owners = {unit: state.owner for unit, state in before[ref].units.items()}
+        epochs = [t.epoch for step in steps_in_order for t in step.tables[ref]]
+        assert epochs == sorted(epochs), (ref, epochs)
+        assert epochs[0] >= before[ref].epoch
+        for step in (operator_up, operator_back):
+            first = step.tables[ref][0]
+            moved = {
+                (unit, t.epoch)
+                for t in step.tables[ref]
+                for unit, state in t.units.items()
+                if state != first.units[unit]
+            }
+            assert not moved, (ref, step.name, moved)
+            assert step.changes[ref] == [], (ref, step.name, step.changes[ref])
+        if workers_up is not None:
+            # While a replaced pod is away its units wait for it, unowned; never on a sibling.
+            elsewhere = {
+                (unit, state.owner, t.epoch)
+                for t in workers_up.tables[ref]
+                for unit, state in t.units.items()
+                if state.owner not in (None, owners[unit])
+            }
+            assert not elsewhere, (ref, elsewhere)
+            assert {u: s.owner for u, s in workers_up.tables[ref][-1].units.items()} == owners
+            # Each new worker acquired its own pod's units back, dropped none without a hand-off.
+            changes = workers_up.changes[ref]
+            assert changes, f"the rolled workers of {ref} logged no acquire"
+            assert all(
+                o.action in ("acquire", "release") and owners[o.unit] == o.pod for o in changes
+            ), changes
+        wrote = writers.get(ref, set())
+        assert wrote, f"no write of {ref} reached the store"
+        assert {(unit, owners[unit]) for unit, _ in wrote} == wrote
+    assert not timed_out, [e["message"] for e in timed_out]
+    for step in steps_in_order:
+        assert step.refused == [], (step.name, step.refused)
+        assert step.traffic["ok"] > 0, step
+        assert step.traffic["failed"] == 0, step
+    for step in (operator_up, operator_back):
+        assert step.traffic["unavailable"] == step.traffic["redirected"] == 0, step
+        assert step.traffic["unreachable"] == step.traffic["unrouted"] == 0, step
+    for step in steps_in_order:
+        versions = ", ".join(f"{ref} {len(tables)}" for ref, tables in step.tables.items())
+        print(
+            f"\n{installer}: {step.name} under traffic: table versions {versions}; "
+            f"{step.traffic['ok']} requests ok; while units waited for their pods "
+            f"{step.traffic['unavailable']} unavailable, {step.traffic['unrouted']} unrouted, "
+            f"{step.traffic['unreachable']} unreachable; 0 failed, 0 writes refused"
+        )
+
+
+@dataclass
+class Step:
+    """What one upgrade step did to each set (by `Kind/name`): every table version published
+    meanwhile and the ownership changes its workers logged; and the writes the fence refused and
+    the traffic."""
+
+    name: str
+    tables: dict[str, list[AssignmentTable]]
+    changes: dict[str, list[Ownership]]
+    refused: list[str]
+    traffic: Counter[str]
+
+
+class UpgradeSteps:
+    """Runs the upgrade's steps one after another on `UPGRADED_SETS`, watching each."""
+
+    def __init__(self, cluster: DevCluster, namespace: str, tmp_path: Path) -> None:
+        self.cluster, self.namespace, self.tmp_path = cluster, namespace, tmp_path
+
+    def settled(self) -> dict[str, AssignmentTable] | None:
+        """Each set's table, once every unit has an owner that serves it, and requests get
+        through."""
+        found = {}
+        for sample in UPGRADED_SETS:
+            table = read_table(self.cluster.kubectl, self.namespace, sample.kind, sample.name)
+            if table is None or any(s.owner is None or s.releasing for s in table.units.values()):
+                return None
+            served = {
+                o.unit
+                for pod, text in worker_logs(self.cluster, self.namespace, sample).items()
+                for o in ownership_lines(text, pod, sample.ref)
+            }
+            if len(served) != table.count:
+                return None
+            found[sample.ref] = table
+        return found if traffic_since(self.cluster, self.namespace, 0)["ok"] > 0 else None
+
+    def roll_workers(self, image: str) -> None:
+        """Every set's workers rolled to `image`, one StatefulSet after the other."""
+        for sample in UPGRADED_SETS:
+            workers = f"statefulset/{sample.workers}"
+            self.cluster.kubectl("set", "image", "-n", self.namespace, workers, f"*={image}")
+            self.cluster.kubectl(
+                "rollout", "status", "-n", self.namespace, workers, "--timeout=300s",
+                timeout=320,
             )  # fmt: skip
-            helm("upgrade", *release_args, "--version", VERSION, "--timeout=300s", timeout=360)
-            runs_through_a_window(cluster, VERSION)
-            helm(
-                "rollback", "apportion", "1", "-n", SYSTEM, kubeconfig, "--wait", "--timeout=300s",
-                timeout=360,
-            )  # fmt: skip
-            runs_through_a_window(cluster, PREVIOUS)
-            tables = decoded(watch.stop())
-            logs = worker_logs(cluster, namespace)
-            refused = [
+            pods = worker_pods(self.cluster, self.namespace, sample)
+            assert pods
+            assert {p["spec"]["containers"][0]["image"] for p in pods} == {image}
+
+    def _out(self) -> Path:
+        return self.tmp_path / f"tables-{secrets.token_hex(3)}.json"
+
+    def run(self, name: str, *actions: Callable[[], object]) -> Step:
+        began = time.time()
+        watches = {
+            s.ref: SetWatch(self.cluster, self.namespace, "configmap", s.table, self._out())
+            for s in UPGRADED_SETS
+        }
+        try:
+            for act in actions:
+                act()
+        finally:
+            versions = {ref: watch.stop() for ref, watch in watches.items()}
+        # Read before the next step: a rolled worker's log goes with its pod.
+        logs = {s.ref: worker_logs(self.cluster, self.namespace, s) for s in UPGRADED_SETS}
+        return Step(
+            name,
+            tables={s.ref: decoded(s, versions[s.ref]) for s in UPGRADED_SETS},
+            changes={
+                ref: [
+                    o
+                    for pod, text in texts.items()
+                    for o in ownership_lines(text, pod, ref)
+                    if o.time >= began
+                ]
+                for ref, texts in logs.items()
+            },
+            refused=[
                 line
-                for text in logs.values()
+                for texts in logs.values()
+                for text in texts.values()
                 for line in text.splitlines()
                 if " refused unit=" in line
-            ]
-            changes = [
-                o
-                for pod, text in logs.items()
-                for o in ownership_lines(text, pod, "PartitionSet/demo")
-                if o.time >= began
-            ]
-            traffic = traffic_since(cluster, namespace, began)
-    finally:
-        cluster.kubectl(
-            "delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False
+            ],
+            traffic=traffic_since(self.cluster, self.namespace, began),
         )
-        helm("uninstall", "apportion", "-n", SYSTEM, kubeconfig, "--wait", check=False)
-        remove_operator(cluster)
-    epochs = [t.epoch for t in tables]
-    assert epochs == sorted(epochs), epochs
-    assert epochs[0] >= before.epoch
-    moved = {
-        (unit, t.epoch)
-        for t in tables
-        for unit, state in t.units.items()
-        if state != before.units[unit]
-    }
-    assert not moved, moved
-    assert changes == [], changes
-    assert refused == [], refused
-    assert traffic["ok"] > 0, traffic
-    assert traffic["failed"] == traffic["unavailable"] == traffic["redirected"] == 0, traffic
-    print(
-        f"\noperator {PREVIOUS} → {VERSION} → {PREVIOUS} under traffic: {len(tables)} table "
-        f"versions watched, epochs {epochs[0]}..{epochs[-1]}, 0 units moved, "
-        f"{traffic['ok']} requests ok, 0 failed, 0 writes refused"
-    )
+
+
+def fenced_writers(dsn: str) -> dict[str, set[tuple[str, str]]]:
+    """Set (`Kind/name`) → every (unit, pod) of the last write the store took of each key."""
+    found: dict[str, set[tuple[str, str]]] = {}
+    with psycopg.connect(dsn) as conn:
+        for scope, unit, pod in conn.execute(
+            "SELECT DISTINCT scope, unit, pod FROM apportion_demo_requests"
+        ):
+            kind, _namespace, name, _uid = scope.split("/")
+            found.setdefault(f"{kind}/{name}", set()).add((unit, pod))
+    return found

@@ -153,7 +153,8 @@ class Tally:
             head = f"rate {settings.rate:g}/s, skew {settings.skew:g} over {settings.keys} keys"
         return (
             f"traffic ({head}): {c['sent']} requests, {c['ok']} ok, {c['moved']} redirected, "
-            f"{c['unavailable']} unavailable, {c['unrouted']} unrouted, {c['failed']} failed, "
+            f"{c['unavailable']} unavailable, {c['unrouted']} unrouted, "
+            f"{c['unreachable']} unreachable, {c['failed']} failed, "
             f"{c['dropped']} dropped; {c['activations']} grain activations"
         )
 
@@ -292,7 +293,9 @@ class Traffic:
                     async with http.post(f"http://{self.addresses[pod]}/key/{key}") as answer:
                         status, owner = answer.status, answer.headers.get("Apportion-Owner")
                 except (aiohttp.ClientError, TimeoutError):
-                    counts["failed"] += 1
+                    # No answer (a pod that exited, say) is not an answer that refused: a
+                    # client retries the one, and must look into the other.
+                    counts["unreachable"] += 1
                     return
                 if status == 421 and owner is not None and owner in self.addresses:
                     counts["moved"] += 1
