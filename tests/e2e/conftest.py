@@ -27,7 +27,9 @@ Fixtures
   helm         (session) helm(*args, check=True) runs the helm built from its Go module
                (tests/conftest.py helm_binary) with a private HOME, config, cache and data.
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
-               tests.support.unitset.Operator); the test fails if it crashed or did not stop
+               tests.support.unitset.Operator) under the operator's own ServiceAccount token
+               (`operator_identity`: its role and the operator policy, as installed); the
+               test fails if it crashed or did not stop
                cleanly. In a module marked `shares_operator` (its tests never stop, restart or
                reconfigure the operator, nor read its log or metrics), one operator per session
                serves every such test's namespace (`shared-*`); a test fails if that operator
@@ -54,6 +56,7 @@ import pytest
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import http_get
+from tests.support.tokens import token_kubeconfig
 from tests.support.unitset import Operator, grant_worker_role
 from tests.support.waiting import wait_for
 
@@ -61,6 +64,7 @@ HERE = Path(__file__).parent
 REPO = HERE.parents[1]
 # The namespaces of `shares_operator` modules' tests, which the shared operator serves.
 SHARED_PREFIX = "shared-"
+OPERATOR_NAMESPACE = "apportion-system"  # where every install path puts the operator
 
 
 @pytest.fixture(scope="session")
@@ -141,6 +145,33 @@ def install_crds(dev_cluster: DevCluster) -> None:
     )
 
 
+_IDENTITIES: dict[Path, Path] = {}
+
+
+def operator_identity(dev_cluster: DevCluster, directory: Path) -> Path:
+    """A kubeconfig with nothing but a token of the operator's ServiceAccount, with the rights
+    every install path gives it: manifests/rbac.yaml in apportion-system, and the operator
+    policy; made once per cluster (a module may start a cluster of its own). The `operator`
+    fixture runs under it, so the e2e suite fails on anything the operator needs that its role
+    or the policy refuses."""
+    made = _IDENTITIES.get(dev_cluster.kubeconfig)
+    if made is not None:
+        return made
+    manifests = REPO / "manifests"
+    dev_cluster.kubectl("apply", "-f", str(manifests / "namespace.yaml"))
+    dev_cluster.kubectl("apply", "-n", OPERATOR_NAMESPACE, "-f", str(manifests / "rbac.yaml"))
+    dev_cluster.kubectl("apply", "-f", str(manifests / "operator-policy.yaml"))
+    token = dev_cluster.kubectl(
+        "create", "token", "apportion-operator", "-n", OPERATOR_NAMESPACE, "--duration=12h"
+    ).stdout.strip()
+    directory.mkdir(parents=True, exist_ok=True)
+    made = token_kubeconfig(
+        dev_cluster, directory / "operator.kubeconfig", token, OPERATOR_NAMESPACE
+    )
+    _IDENTITIES[dev_cluster.kubeconfig] = made
+    return made
+
+
 @pytest.fixture(scope="session")
 def shared_operator(
     dev_cluster: DevCluster, crds: None, tmp_path_factory: pytest.TempPathFactory
@@ -148,8 +179,9 @@ def shared_operator(
     """One operator for every test of the modules marked `shares_operator`: it serves the
     namespaces their `namespace` fixture names (a kopf glob), so those tests do not each pay
     for an operator's start and stop."""
-    log = tmp_path_factory.mktemp("shared-operator") / "operator.log"
-    process = Operator(dev_cluster, f"{SHARED_PREFIX}*", log)
+    directory = tmp_path_factory.mktemp("shared-operator")
+    identity = operator_identity(dev_cluster, directory)
+    process = Operator(dev_cluster, f"{SHARED_PREFIX}*", directory / "log", kubeconfig=identity)
     yield process
     assert process.stop() == 0, process.text()
 
@@ -172,7 +204,8 @@ def operator(
         assert shared.process.poll() is None, f"the shared operator exited: {during}"
         assert "Traceback" not in during, during
         return
-    process = Operator(dev_cluster, namespace, tmp_path / "operator.log")
+    identity = operator_identity(dev_cluster, tmp_path)
+    process = Operator(dev_cluster, namespace, tmp_path / "operator.log", kubeconfig=identity)
     yield process
     assert process.stop() == 0, process.text()
     assert "Traceback" not in process.text(), process.text()
