@@ -40,9 +40,9 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool, helm, krew, kstatus, argocd-lua, Flux's source-
-# and kustomize-controller, the registry, the oldest supported Kubernetes) once per version into
-# ~/.cache/apportion. `make test` does not wait for
+# Builds the Go tools the tests run (promtool, helm, krew, kstatus, argocd-lua, Argo CD and
+# kustomize, Flux's source- and kustomize-controller, the registry, the oldest supported
+# Kubernetes) once per version into ~/.cache/apportion. `make test` does not wait for
 # them: a test run builds what is missing in the background (tests/support/prebuild.py).
 tools: setup
 	$(BIN)/apportion dev-cluster tools
