@@ -11,10 +11,10 @@ BIN := $(VENV)/bin
 setup: native-deps node-deps $(VENV)/.installed
 
 # libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
-# check tests, spin for the hand-off model's checks (`make model`); a no-op when present, a
-# note when they cannot be installed (the kernel is then
-# skipped and the Python key path used; the health check tests skip). Under CI (CI=true) a
-# missing one fails the setup instead.
+# check tests, redis-server for Argo CD on the dev-cluster (tests/e2e/test_argocd.py), spin for
+# the hand-off model's checks (`make model`); a no-op when present, a note when they cannot be
+# installed (the kernel is then skipped and the Python key path used; the health check tests
+# skip, the Argo CD tests fail). Under CI (CI=true) a missing one fails the setup instead.
 native-deps:
 	sh scripts/native-deps.sh
 
