@@ -38,7 +38,8 @@ from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.gitserver import GitServer
 from tests.support import release
-from tests.support.flux import KUSTOMIZE_API, SOURCE_API, SetWatch, condition
+from tests.support.flux import KUSTOMIZE_API, SOURCE_API, condition
+from tests.support.gitops import ObjectWatch
 from tests.support.postgres import PostgresServer
 from tests.support.unitset import ownership_lines, read_table
 from tests.support.waiting import wait_for
@@ -447,7 +448,7 @@ def test_an_operator_upgrade_and_rollback_under_traffic_move_nothing(
                 settled, timeout=300, message="N-1 never placed and served the sample"
             )
             began = time.time()
-            watch = SetWatch(
+            watch = ObjectWatch(
                 cluster, namespace, "configmap", assignment_config_map("PartitionSet", "demo"),
                 tmp_path / "tables.json",
             )  # fmt: skip
