@@ -44,7 +44,8 @@ def wait_established(cluster: Any, crds: tuple[str, ...], timeout: float = 60.0)
     waiting = list(crds)
     while waiting:
         found = cluster.kubectl("get", "crd", *waiting, "-o", "json", check=False)
-        items = json.loads(found.stdout)["items"] if found.returncode == 0 else []
+        listed = json.loads(found.stdout) if found.returncode == 0 else {"items": []}
+        items = listed.get("items", [listed])  # one name: the object itself, not a List
         established = {
             crd["metadata"]["name"]
             for crd in items
