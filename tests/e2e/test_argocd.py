@@ -37,7 +37,7 @@ from tests.support.argocd import (
     sync_status,
     synced_at,
 )
-from tests.support.gitops import ObjectWatch, balanced, commit_deploy, sample
+from tests.support.gitops import ObjectWatch, balanced, commit_deploy, managers, sample
 from tests.support.unitset import WORKER_ACCOUNT, condition, get, ready_pods
 
 SET, WORKERS = "demo", "demo-workers"
@@ -155,6 +155,14 @@ def test_argocd_syncs_and_follows_a_rebalance_without_drift(
     assert final["status"]["history"][-1]["revision"] == sha
     # the operator's ConfigMaps are the set's, not the Application's
     assert {r["kind"] for r in final["status"]["resources"]} == MANAGED, final["status"]
+
+    # Field ownership: the operator writes only status, Argo CD's apply never status.
+    owned = managers(get(kubectl, namespace, "pset", SET, "--show-managed-fields"))
+    figures["managed_fields"] = [[*m[:3], ",".join(m[3])] for m in owned]
+    operator = [m for m in owned if m[0] == "apportion-operator"]
+    assert operator, owned
+    assert all(m[2] == "status" for m in operator), owned
+    assert all("f:status" not in m[3] for m in owned if m not in operator), owned
 
     # The set's health through the shipped script: Progressing while it rebalanced, then
     # Healthy, never anything else.
