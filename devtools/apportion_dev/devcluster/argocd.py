@@ -12,8 +12,10 @@ its install's configuration (`manifests/base/config`: argocd-cm with Argo CD's d
 argocd-secret, argocd-rbac-cm, argocd-cmd-params-cm...), into the namespace `argocd`; then
 `manifests/argocd/argocd-cm-patch.yaml` patched into argocd-cm as docs/gitops.md tells users to.
 There is no argocd-server (no UI, API or webhooks): it would create the AppProject `default` at
-start, so `install` creates it as the server does, and a new commit is seen on `refresh` (the
-annotation `argocd argocd app get --refresh` sets) rather than by a webhook.
+start, so `install` creates it as the server does; a new commit is seen on `refresh` (the
+annotation `argocd app get --refresh` sets) rather than by a webhook; and the
+application-controller keeps each object's health in the Application's status, where Argo CD 3
+otherwise keeps it in Redis for the server's resource tree.
 
 Out of a pod, the components reach the cluster through `$KUBECONFIG` with
 ARGOCD_FAKE_IN_CLUSTER=true, which makes the in-cluster destination
