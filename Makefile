@@ -11,10 +11,10 @@ BIN := $(VENV)/bin
 setup: native-deps node-deps $(VENV)/.installed
 
 # libxxhash-dev for the optional native key kernel, lua5.1 and lua-dkjson for the Argo CD health
-# check tests, spin for the hand-off model's checks (`make model`); a no-op when present, a
-# note when they cannot be installed (the kernel is then
-# skipped and the Python key path used; the health check tests skip). Under CI (CI=true) a
-# missing one fails the setup instead.
+# check tests, redis-server for Argo CD on the dev-cluster (tests/e2e/test_argocd.py), spin for
+# the hand-off model's checks (`make model`); a no-op when present, a note when they cannot be
+# installed (the kernel is then skipped and the Python key path used; the health check tests
+# skip, the Argo CD tests fail). Under CI (CI=true) a missing one fails the setup instead.
 native-deps:
 	sh scripts/native-deps.sh
 
@@ -40,9 +40,9 @@ controlplane: setup
 image: setup
 	$(BIN)/apportion dev-cluster image
 
-# Builds the Go tools the tests run (promtool, helm, krew, kstatus, argocd-lua, Flux's source-
-# and kustomize-controller, the registry, the oldest supported Kubernetes) once per version into
-# ~/.cache/apportion. `make test` does not wait for
+# Builds the Go tools the tests run (promtool, helm, krew, kstatus, argocd-lua, Argo CD and
+# kustomize, Flux's source- and kustomize-controller, the registry, the oldest supported
+# Kubernetes) once per version into ~/.cache/apportion. `make test` does not wait for
 # them: a test run builds what is missing in the background (tests/support/prebuild.py).
 tools: setup
 	$(BIN)/apportion dev-cluster tools

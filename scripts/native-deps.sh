@@ -9,6 +9,8 @@
 # - lua5.1 and lua-dkjson, the Lua 5.1 interpreter and JSON module tests/unit/test_argocd_health.py
 #   runs the Argo CD health checks with (manifests/argocd/); without them those tests skip,
 #   and fail under CI.
+# - redis-server, the cache Argo CD's application-controller and repo-server need
+#   (apportion_dev.devcluster.argocd, tests/e2e/test_argocd.py); without it those tests fail.
 # - spin, the model checker of the hand-off protocol's model (models/handoff/, `make model`,
 #   tests/unit/test_handoff_spin.py); without it those tests skip, and fail under CI.
 set -u
@@ -64,9 +66,23 @@ if ! have_lua; then
  tests/unit/test_argocd_health.py will skip (fail under CI)"
     fi
 fi
+if ! command -v redis-server >/dev/null 2>&1; then
+    apt_install "Argo CD on the dev-cluster" redis-server
+    if ! command -v redis-server >/dev/null 2>&1; then
+        left_out "redis-server is missing (apt-get install redis-server as root);\
+ tests/e2e/test_argocd.py will fail"
+    fi
+fi
 if ! command -v spin >/dev/null 2>&1; then
     apt_install "the hand-off model's checks" spin
-    if ! command -v spin >/dev/null 2>&1; then
+    if ! command -v redis-server >/dev/null 2>&1; then
+    apt_install "Argo CD on the dev-cluster" redis-server
+    if ! command -v redis-server >/dev/null 2>&1; then
+        left_out "redis-server is missing (apt-get install redis-server as root);\
+ tests/e2e/test_argocd.py will fail"
+    fi
+fi
+if ! command -v spin >/dev/null 2>&1; then
         left_out "spin is missing (apt-get install spin as root);\
  tests/unit/test_handoff_spin.py will skip (fail under CI)"
     fi

@@ -140,7 +140,7 @@ def kstatus_binary(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture(scope="session")
 def argocd_lua(request: pytest.FixtureRequest) -> Path:
-    """Argo CD's health checks run by Argo CD's own code (devtools/go/argocd-lua)."""
+    """Argo CD's health checks run by Argo CD's own code (devtools/go/argocd/argocd-lua)."""
     capture = request.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled():
         return ensure_tool(ARGOCD_LUA) / "argocd-lua"

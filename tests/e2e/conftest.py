@@ -26,6 +26,8 @@ Fixtures
   crds         (session) apportion's CRDs applied from crds/, Established and serving.
   helm         (session) helm(*args, check=True) runs the helm built from its Go module
                (tests/conftest.py helm_binary) with a private HOME, config, cache and data.
+  git_server   (module) a loopback smart-HTTP Git server in the test process
+               (apportion_dev.gitserver) for the GitOps tests of Flux and Argo CD.
   operator     (per test) `apportion operator` watching `namespace`, as a process (see
                tests.support.unitset.Operator) under the operator's own ServiceAccount token
                (`operator_identity`: its role and the operator policy, as installed); the
@@ -56,6 +58,7 @@ import pytest
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.net import http_get
+from apportion_dev.gitserver import GitServer
 from tests.support.tokens import token_kubeconfig
 from tests.support.unitset import Operator, grant_worker_role
 from tests.support.waiting import wait_for
@@ -234,3 +237,9 @@ def helm(
         return result
 
     return run
+
+
+@pytest.fixture(scope="module")
+def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    with GitServer(tmp_path_factory.mktemp("git")) as server:
+        yield server

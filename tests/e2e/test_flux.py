@@ -29,8 +29,8 @@ import pytest
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
-from apportion_dev.gitserver import GitServer
-from tests.support.flux import GitOps, SetWatch, apply_results, condition, managers
+from tests.support.flux import GitOps, apply_results, condition
+from tests.support.gitops import ObjectWatch, balanced, managers
 from tests.support.unitset import (
     Ownership,
     demo_worker,
@@ -56,12 +56,6 @@ def flux(dev_cluster: DevCluster, tmp_path_factory: pytest.TempPathFactory) -> I
     finally:
         started.stop()
         assert not any(started.running().values())
-
-
-@pytest.fixture(scope="module")
-def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
-    with GitServer(tmp_path_factory.mktemp("git")) as server:
-        yield server
 
 
 def manifests(
@@ -92,22 +86,10 @@ def gitops(operator, flux, git_server, namespace, kubectl, wait_for, tmp_path):
     assert len(ready_pods(kubectl, namespace, f"app={WORKERS}")) == 3
     # Ready only once the set was Current: every unit placed (a count that never drops after).
     assert get(kubectl, namespace, "pset", SET)["status"]["assignedUnits"] == 16
-    wait_for(lambda: balanced(kubectl, namespace, 3), 90, "Balanced over 3 workers")
+    wait_for(lambda: balanced(kubectl, namespace, SET, 3), 90, "Balanced over 3 workers")
     ops.figures = {"install_to_ready_s": round(first_ready, 2)}
     yield ops
     ops.uninstall()
-
-
-def balanced(kubectl, namespace: str, members: int) -> dict[str, Any] | None:
-    obj = get(kubectl, namespace, "pset", SET)
-    status = obj.get("status", {})
-    settled = (
-        status.get("members") == members
-        and status.get("movesInProgress") == 0
-        and status.get("observedGeneration") == obj["metadata"]["generation"]
-        and is_true(obj, "Balanced")
-    )
-    return obj if settled else None
 
 
 def report(tmp_path, figures: dict[str, Any]) -> None:
@@ -129,7 +111,7 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
     # (b) scale the workers 3 → 4 and split 16 → 32 partitions in one commit.
     before = get(kubectl, ns, "pset", SET)
     epochs = [before["status"]["epoch"]]
-    watch = SetWatch(dev_cluster, ns, "pset", SET, tmp_path / "watch.json")
+    watch = ObjectWatch(dev_cluster, ns, "pset", SET, tmp_path / "watch.json")
     sha = gitops.commit(manifests(4, 32, "LeastShards"), "4 workers, 32 partitions, LeastShards")
     started = time.monotonic()
     ready_s = None
@@ -143,7 +125,7 @@ def test_flux_applies_the_set_and_never_reverts_the_operator(
         if ready_s is None and gitops.ready_at(sha):
             ready_s = time.monotonic() - started
             ready_mark = len(apply_results(flux.log("kustomize-controller"), ns))
-        if settled_at is None and ready_s is not None and balanced(kubectl, ns, 4):
+        if settled_at is None and ready_s is not None and balanced(kubectl, ns, SET, 4):
             settled_at = time.monotonic()
         # Flux reconciles every 5 s anyway; ask for more during and after the moves.
         gitops.reconcile()

@@ -41,7 +41,8 @@ from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.gitserver import GitServer
 from tests.e2e.conftest import install_crds
 from tests.support import release
-from tests.support.flux import KUSTOMIZE_API, SOURCE_API, SetWatch, condition
+from tests.support.flux import KUSTOMIZE_API, SOURCE_API, condition
+from tests.support.gitops import ObjectWatch
 from tests.support.postgres import PostgresServer
 from tests.support.unitset import Ownership, ownership_lines, read_table
 from tests.support.waiting import wait_for
@@ -715,7 +716,7 @@ class UpgradeSteps:
     def run(self, name: str, *actions: Callable[[], object]) -> Step:
         began = time.time()
         watches = {
-            s.ref: SetWatch(self.cluster, self.namespace, "configmap", s.table, self._out())
+            s.ref: ObjectWatch(self.cluster, self.namespace, "configmap", s.table, self._out())
             for s in UPGRADED_SETS
         }
         try:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.gitserver import GitServer
-from tests.support.flux import GitOps, SetWatch, apply_results, condition, managers
+from tests.support.flux import GitOps, apply_results
+from tests.support.gitops import ObjectWatch, balanced, managers, sample
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "apportion-system"
@@ -49,36 +49,8 @@ def real_flux(
         started.stop()
 
 
-def sample(replicas: int, partitions: int | None) -> dict[str, list[dict[str, Any]]]:
-    text = (REPO_ROOT / "manifests" / "samples" / "partitionset-demo.yaml").read_text()
-    objects = [o for o in yaml.safe_load_all(text) if o]
-    kept = []
-    for obj in objects:
-        if obj["kind"] == "StatefulSet":
-            obj["spec"]["replicas"] = replicas
-        if obj["kind"] == "PartitionSet":
-            if partitions is None:
-                continue
-            obj["spec"]["partitions"] = partitions
-            obj["spec"]["keyScheme"] = "apportion"  # partitions may change (split) only then
-        kept.append(obj)
-    return {"app.yaml": kept}
-
-
 def get(cluster: DevCluster, namespace: str, *what: str) -> dict[str, Any]:
     return json.loads(cluster.kubectl("get", "-n", namespace, *what, "-o", "json").stdout)
-
-
-def balanced(cluster: DevCluster, namespace: str, members: int) -> dict[str, Any] | None:
-    obj = get(cluster, namespace, "pset", SET)
-    status = obj.get("status", {})
-    ok = (
-        status.get("members") == members
-        and status.get("movesInProgress") == 0
-        and status.get("observedGeneration") == obj["metadata"]["generation"]
-        and condition(obj, "Balanced").get("status") == "True"
-    )
-    return obj if ok else None
 
 
 def test_flux_on_the_real_node_applies_rebalances_without_drift_and_prunes(
@@ -98,11 +70,11 @@ def test_flux_on_the_real_node_applies_rebalances_without_drift_and_prunes(
             ops.install()
             ops.wait_ready(sha, wait_for, 240)
             figures["install_to_ready_s"] = round(time.monotonic() - started, 2)
-            wait_for(lambda: balanced(cluster, ns, 4), 180, "Balanced over 4 workers")
+            wait_for(lambda: balanced(cluster.kubectl, ns, SET, 4), 180, "Balanced over 4 workers")
 
             # (b) 5 workers and 64 partitions in one commit.
             mark = len(apply_results(real_flux.log("kustomize-controller"), ns))
-            watch = SetWatch(cluster, ns, "pset", SET, tmp_path / "watch.json")
+            watch = ObjectWatch(cluster, ns, "pset", SET, tmp_path / "watch.json")
             sha = ops.commit(sample(5, 64), "5 workers, 64 partitions")
             started = time.monotonic()
             ready_mark, ready_s, settled_at = None, None, None
@@ -110,7 +82,11 @@ def test_flux_on_the_real_node_applies_rebalances_without_drift_and_prunes(
                 if ready_s is None and ops.ready_at(sha):
                     ready_s = time.monotonic() - started
                     ready_mark = len(apply_results(real_flux.log("kustomize-controller"), ns))
-                if settled_at is None and ready_s is not None and balanced(cluster, ns, 5):
+                if (
+                    settled_at is None
+                    and ready_s is not None
+                    and balanced(cluster.kubectl, ns, SET, 5)
+                ):
                     settled_at = time.monotonic()
                 ops.reconcile()
                 if settled_at is not None and time.monotonic() - settled_at > 20:

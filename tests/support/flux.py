@@ -1,27 +1,25 @@
 """Helpers of tests/e2e/test_flux.py: `GitOps` ties one Git repository to a GitRepository +
 Kustomization pair in a test namespace, commits manifests to it and measures commit → Ready.
 
-The fixtures `flux` (source-controller and kustomize-controller as host processes against the
-session's dev-cluster, apportion_dev.devcluster.flux) and `git_server` (a loopback smart-HTTP Git
-server in the test process, apportion_dev.gitserver) are in test_flux.py."""
+The fixture `flux` (source-controller and kustomize-controller as host processes against the
+session's dev-cluster, apportion_dev.devcluster.flux) is in test_flux.py, `git_server` (a
+loopback smart-HTTP Git server in the test process, apportion_dev.gitserver) in conftest.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.gitserver import GitServer, Repository
+from tests.support.gitops import DEPLOY, commit_deploy
 
 SOURCE_API = "source.toolkit.fluxcd.io/v1"
 KUSTOMIZE_API = "kustomize.toolkit.fluxcd.io/v1"
-PATH = "deploy"
 
 
 def condition(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -70,7 +68,7 @@ class GitOps:
                     "interval": self.kustomization_interval,
                     "retryInterval": "2s",
                     "timeout": "90s",
-                    "path": f"./{PATH}",
+                    "path": f"./{DEPLOY}",
                     "prune": True,
                     "wait": True,
                     "targetNamespace": self.namespace,
@@ -97,21 +95,9 @@ class GitOps:
         )
 
     def commit(self, manifests: dict[str, list[dict[str, Any]]], message: str) -> str:
-        """Make `deploy/` hold exactly `manifests` (file name → objects) plus a
-        kustomization.yaml listing them, commit, push and trigger the GitRepository."""
-        deploy = self.repo.work / PATH
-        if deploy.exists():
-            for old in deploy.iterdir():
-                old.unlink()
-        for file, objects in manifests.items():
-            self.repo.write(f"{PATH}/{file}", yaml.safe_dump_all(objects))
-        kustomization = {
-            "apiVersion": "kustomize.config.k8s.io/v1beta1",
-            "kind": "Kustomization",
-            "resources": sorted(manifests),
-        }
-        self.repo.write(f"{PATH}/kustomization.yaml", yaml.safe_dump(kustomization))
-        self.sha = self.repo.commit(message)
+        """Commit `manifests` as `deploy/` (tests.support.gitops.commit_deploy) and trigger the
+        GitRepository."""
+        self.sha = commit_deploy(self.repo, manifests, message)
         if (
             self.kubectl(
                 "get", "-n", self.namespace, "gitrepository", self.name, check=False
@@ -172,55 +158,3 @@ def apply_results(log: str, namespace: str) -> list[dict[str, str]]:
         ):
             results.append({str(k): str(v) for k, v in output.items()})
     return results
-
-
-def managers(obj: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
-    """(manager, operation, subresource, top-level fields) of every managedFields entry."""
-    return sorted(
-        (
-            entry["manager"],
-            entry["operation"],
-            entry.get("subresource", ""),
-            sorted(entry.get("fieldsV1", {})),
-        )
-        for entry in obj["metadata"].get("managedFields", [])
-    )
-
-
-class SetWatch:
-    """`kubectl get --watch` of one object: every version the API server sends, in order."""
-
-    def __init__(self, cluster: Any, namespace: str, kind: str, name: str, out: Path) -> None:
-        self.out = out
-        self._file = out.open("w")
-        self.process = subprocess.Popen(
-            [
-                str(cluster.bin_dir / "kubectl"),
-                f"--kubeconfig={cluster.kubeconfig}",
-                "get",
-                "-n",
-                namespace,
-                kind,
-                name,
-                "--watch",
-                "-o",
-                "json",
-            ],
-            stdout=self._file,
-            stderr=subprocess.DEVNULL,
-            env=cluster.env,
-        )
-
-    def stop(self) -> list[dict[str, Any]]:
-        self.process.terminate()
-        self.process.wait(timeout=10)
-        self._file.close()
-        text, decoder, at = self.out.read_text(), json.JSONDecoder(), 0
-        versions: list[Any] = []
-        while True:
-            while at < len(text) and text[at].isspace():
-                at += 1
-            if at >= len(text):
-                return versions
-            obj, at = decoder.raw_decode(text, at)
-            versions.append(obj)

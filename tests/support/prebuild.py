@@ -21,6 +21,7 @@ from apportion_dev.devcluster.paths import cache_root
 from apportion_dev.devcluster.tools import (
     ACTIONLINT,
     ARGOCD_LUA,
+    ARGOCD_TOOLS,
     CONTAINERD,
     FLUX_TOOLS,
     HELM,
@@ -38,6 +39,7 @@ FIXTURE_TOOLS: dict[str, tuple[GoTool, ...]] = {
     # the `health` fixture of test_argocd_health.py asks for argocd_lua by its parameter
     "argocd_lua": (ARGOCD_LUA,),
     "health": (ARGOCD_LUA,),
+    "argocd": ARGOCD_TOOLS,
     "flux": FLUX_TOOLS,
     "helm_binary": (HELM,),
     "krew": (KREW,),

@@ -1,8 +1,8 @@
 """apportion's Argo CD health checks (manifests/argocd/, docs/gitops.md), each case run twice:
-- by Argo CD itself (argocd-lua, devtools/go/argocd-lua, built from Argo CD's Go module): the
-  shipped argocd-cm patch read by Argo CD's settings manager as a user's argocd-cm, each object's
-  script found by its group and kind and run in Argo CD's Lua VM (gopher-lua, its restricted
-  libraries), as the application-controller does;
+- by Argo CD itself (argocd-lua, devtools/go/argocd/argocd-lua, built from Argo CD's Go
+  module): the shipped argocd-cm patch read by Argo CD's settings manager as a user's argocd-cm,
+  each object's script found by its group and kind and run in Argo CD's Lua VM (gopher-lua, its
+  restricted libraries), as the application-controller does;
 - by a real Lua 5.1 interpreter: Debian's lua5.1 with lua-dkjson (scripts/native-deps.sh installs
   both), through argocd_run_health.lua, which gives the script only the libraries Argo CD gives
   it. Missing, those tests skip with what to install; under CI they fail.

@@ -12,8 +12,8 @@ start       start a cluster that keeps running after the command returns; `--nod
 registry    print the registries' addresses as shell assignments (`eval $(...)`)
 publish DIR push a release's images (DIR/images/*.oci.tar) and charts (DIR/charts/*.tgz) into
             the running cluster's registry
-tools       build the Go tools the tests run (promtool, helm, krew, kstatus, Flux) once per
-            version; `tools NAME...` builds just those (also the real node's containerd and
+tools       build the Go tools the tests run (promtool, helm, krew, kstatus, Flux, Argo CD) once
+            per version; `tools NAME...` builds just those (also the real node's containerd and
             metrics-server)
 stop        stop it and delete its state
 status      show whether it runs and where its kubeconfig is
@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions.add_parser("build", help="build the control-plane binaries if they are not cached")
     actions.add_parser("image", help="build apportion's image with buildah")
     tools_parser = actions.add_parser(
-        "tools", help="build the test tools (promtool, helm, krew, kstatus, Flux) if not cached"
+        "tools",
+        help="build the test tools (promtool, helm, krew, kstatus, Flux, Argo CD) if not cached",
     )
     tools_parser.add_argument(
         "names", nargs="*", metavar="NAME", help="build only these, in this order"

@@ -228,7 +228,10 @@ def _build(spec: GoBuild, progress: Progress) -> None:
     partial.mkdir()
     try:
         ldflags = " ".join(["-s", "-w", *spec.ldflags(build_date)])
-        output = f"{partial}/"
+        # One program is written under its binary's name: a main package's directory need not
+        # be (Argo CD's is `cmd`).
+        one = len(spec.targets) == 1 and len(spec.binaries) == 1
+        output = f"{partial}/{spec.binaries[0]}" if one else f"{partial}/"
         progress(f"compiling and linking ({total} packages)…")
         _run_go(
             [go, "build", "-v", "-trimpath", "-ldflags", ldflags, "-o", output, *spec.targets],

@@ -22,14 +22,12 @@ from __future__ import annotations
 import datetime
 import json
 import signal
-import time
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
-from apportion_dev.devcluster.net import free_ports, http_get
-from apportion_dev.devcluster.paths import DevClusterError
-from apportion_dev.devcluster.processes import ProcessRecord, is_running, log_tail, spawn, terminate
+from apportion_dev.devcluster.hostcontrollers import HostControllers, http_ok, wait_established
+from apportion_dev.devcluster.net import free_ports
+from apportion_dev.devcluster.processes import spawn
 from apportion_dev.devcluster.tools import (
     FLUX_KUSTOMIZE_CONTROLLER,
     FLUX_SOURCE_CONTROLLER,
@@ -54,17 +52,10 @@ commit, annotate the GitRepository: the Kustomization follows its source's artif
 
 def install_crds(cluster: Any) -> None:
     cluster.kubectl("apply", "--server-side", "-f", str(CRD_DIR))
-    cluster.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", *(f"crd/{c}" for c in CRDS)
-    )
+    wait_established(cluster, CRDS)
 
 
-class Flux:
-    def __init__(self, cluster: Any, records: list[ProcessRecord], health: dict[str, int]):
-        self.cluster = cluster
-        self.records = records
-        self.health = health
-
+class Flux(HostControllers):
     @classmethod
     def start(cls, cluster: Any, state_dir: Path, *, timeout: float = 60.0) -> Flux:
         source_bin = ensure_tool(FLUX_SOURCE_CONTROLLER) / "source-controller"
@@ -104,45 +95,17 @@ class Flux:
                 orphan_signal=signal.SIGTERM,
             ),
         ]
-        flux = cls(
-            cluster, records, {"source-controller": sc_health, "kustomize-controller": kc_health}
-        )
-        try:
-            flux._wait_ready(timeout)
-        except BaseException:
-            terminate(records)
-            raise
-        return flux
-
-    def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        for record in self.records:
-            url = f"http://127.0.0.1:{self.health[record.name]}/readyz"
-            while http_get(url)[0] != 200:
-                if not is_running(record):
-                    raise DevClusterError(f"{record.name} exited:\n{log_tail(record)}")
-                if time.monotonic() > deadline:
-                    raise DevClusterError(f"{record.name} not ready:\n{log_tail(record)}")
-                time.sleep(0.2)
-
-    def running(self) -> dict[str, bool]:
-        return {record.name: is_running(record) for record in self.records}
-
-    def log(self, name: str) -> str:
-        record = next(r for r in self.records if r.name == name)
-        return Path(record.log).read_text(errors="replace")
+        ready = {
+            "source-controller": http_ok(f"http://127.0.0.1:{sc_health}/readyz"),
+            "kustomize-controller": http_ok(f"http://127.0.0.1:{kc_health}/readyz"),
+        }
+        return cls.started(cluster, records, ready, timeout)
 
     def reconcile_now(self, kind: str, namespace: str, name: str) -> None:
         stamp = datetime.datetime.now(datetime.UTC).isoformat()
         self.cluster.kubectl(
             "annotate", "--overwrite", "-n", namespace, kind, name, f"{REQUESTED_AT}={stamp}"
         )
-
-    def get(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = json.loads(
-            self.cluster.kubectl("get", "-n", namespace, kind, name, "-o", "json").stdout
-        )
-        return found
 
     def stop(self, *, keep_applied: bool = False) -> None:
         """Delete every Kustomization and GitRepository (their finalizers need the controllers),
@@ -166,15 +129,4 @@ class Flux:
                     )
             for kind in ("kustomizations", "gitrepositories"):
                 kubectl("delete", kind, "--all", "-A", "--timeout=60s", check=False)
-        terminate(self.records)
-
-    def __enter__(self) -> Flux:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self.terminate()

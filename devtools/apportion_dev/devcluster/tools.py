@@ -1,9 +1,10 @@
 """Go programs beside the control plane, each from a wrapper module of its own under devtools/go
 (their dependency graphs do not fit in one module with Kubernetes'), built and cached like the
 control plane (`build.GoBuild`): the real node's containerd (with its runc shim and `ctr`), the
-tools the tests run (promtool, helm, krew, kstatus, argocd-lua, actionlint)
-and Flux's source-controller and kustomize-controller (devcluster.flux runs them against a
-dev-cluster), and CNCF Distribution's registry (devcluster.registry)."""
+tools the tests run (promtool, helm, krew, kstatus, argocd-lua, actionlint), Flux's
+source-controller and kustomize-controller and Argo CD's multi-call binary (devcluster.flux and
+devcluster.argocd run them against a dev-cluster), and CNCF Distribution's registry
+(devcluster.registry)."""
 
 from __future__ import annotations
 
@@ -71,14 +72,40 @@ KSTATUS = GoTool(
 """sigs.k8s.io/cli-utils' kstatus as a command: how GitOps tools judge a status."""
 ARGOCD_LUA = GoTool(
     "argocd-lua",
-    "argocd-lua",
+    "argocd",
     "github.com/argoproj/argo-cd/v3",
     ("argocd-lua",),
     "main.version",
-    main_package="apportion.dev/argocd-lua",
+    main_package="apportion.dev/argocd/argocd-lua",
 )
 """Argo CD's health checks as a command: argocd-cm read by Argo CD's settings manager, the scripts
-run by its Lua VM (tests/unit/test_argocd_health.py)."""
+run by its Lua VM (tests/unit/test_argocd_health.py). From the same wrapper module as ARGOCD, so
+both are one Argo CD release."""
+ARGOCD = GoTool(
+    "argocd",
+    "argocd",
+    "github.com/argoproj/argo-cd/v3",
+    ("argocd",),
+    None,
+    stamps=lambda version, build_date: [
+        # what Argo CD's Makefile stamps; its VERSION file has no "v"
+        f"-X github.com/argoproj/argo-cd/v3/common.version={version.removeprefix('v')}",
+        f"-X github.com/argoproj/argo-cd/v3/common.buildDate={build_date}",
+    ],
+)
+"""Argo CD's multi-call binary (`cmd/`): the component it runs is named by argv[0] or
+$ARGOCD_BINARY_NAME (devcluster.argocd runs its repo-server and application-controller)."""
+KUSTOMIZE = GoTool(
+    "kustomize",
+    "tools/kustomize",
+    "sigs.k8s.io/kustomize/kustomize/v5",
+    ("kustomize",),
+    # `kustomize version` reads its module's version from the build info
+    None,
+)
+"""What Argo CD's repo-server runs for a kustomization.yaml, at the version its images ship."""
+ARGOCD_TOOLS = (ARGOCD, KUSTOMIZE, HELM)
+"""Argo CD and what its repo-server runs (devcluster.argocd)."""
 ACTIONLINT = GoTool(
     "actionlint",
     "tools/actionlint",
@@ -129,6 +156,8 @@ TEST_TOOLS = (
     KREW,
     KSTATUS,
     ARGOCD_LUA,
+    ARGOCD,
+    KUSTOMIZE,
     ACTIONLINT,
     *FLUX_TOOLS,
     REGISTRY,
@@ -158,8 +187,8 @@ def tool_build(tool: GoTool) -> GoBuild:
     if tool.main_package is not None:
         targets = (tool.main_package,)
         sources = {
-            path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(module.glob("*.go"))
+            str(path.relative_to(module)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(module.rglob("*.go"))
         }
     if pinned is None or go is None or not targets:
         raise DevClusterError(f"{module / 'go.mod'} does not pin {tool.module_path} and its tools")
