@@ -13,9 +13,9 @@ Three schemes, each with a single-key path and a batched numpy path that give id
   ``u`` into ``2u`` and ``2u+1``. The ``!n`` suffix pins an ID to ``n mod count`` as in Netherite
   (explicit co-location); pinned IDs do not follow the split rule.
 
-:data:`SCHEMES` runs on the optional C kernel ``apportion.engine._keys`` (xxhash compiled in from the
-system's header) when it is installed — :data:`NATIVE` says so — and on the Python path of
-:data:`PURE_SCHEMES` otherwise; both give the same units bit for bit.
+:data:`SCHEMES` runs on the optional C kernel ``apportion.engine._keys`` (xxhash compiled in
+from the system's header) when it is installed — :data:`NATIVE` says so — and on the Python
+path of :data:`PURE_SCHEMES` otherwise; both give the same units bit for bit.
 """
 
 from __future__ import annotations
