@@ -52,6 +52,28 @@
 #ifndef ATTACKS
 #define ATTACKS 1
 #endif
+/* FAULTS, when set, bounds the faults of every kind together (crashes, table deletions and
+ * rollbacks, container deaths, pod terminations and deletions), so that all kinds can be
+ * checked at once. */
+#ifdef FAULTS
+#define FAULT (!quiet && faults < FAULTS)
+#define SPEND faults++
+#else
+#define FAULT (!quiet)
+#define SPEND skip
+#endif
+/* LIVE: the liveness check. Faults and target moves may stop (`quiet`); after that the
+ * operator may write SETTLE tables above MAXE, so that the bound on epochs cannot be what
+ * stops it: if it needed more, the check would find a unit never served. */
+#ifdef LIVE
+#ifndef SETTLE
+#define SETTLE 4
+#endif
+#define EPOCHS (MAXE + quiet * SETTLE)
+#else
+#define quiet 0
+#define EPOCHS MAXE
+#endif
 
 typedef Unit {
     byte own;   /* owner pod name, NONE */
@@ -110,6 +132,12 @@ byte lastTok[NU];
 Table old;
 byte crashes;
 byte attacks;
+#ifdef FAULTS
+byte faults;
+#endif
+#ifdef LIVE
+bit quiet;
+#endif
 
 Table nt;                   /* scratch: the table a pass writes */
 byte i, j, e, hi, ow, w, dest;
@@ -128,6 +156,15 @@ bit alive, park, acked, dirty;
     ((((vMine[p] & BIT(x)) != 0) && vTok[PU(p, x)] == held[PU(p, x)] && LEASE_OK(age[p])) || \
      (((fin[p] & BIT(x)) != 0) && LEASE_OK(rdl[PU(p, x)]))))
 #define MAX(a, b) ((a) > (b) -> (a) : (b))
+#ifdef LIVE
+/* A pod a unit can be placed on: present, not terminating (its process may be down). */
+#define READY(p) ((p) != NONE && present[p] && !term[p])
+#if NU > 1
+#define SETTLED (READY(tgt[0]) && READY(tgt[1]))
+#else
+#define SETTLED READY(tgt[0])
+#endif
+#endif
 
 inline copy_table(dst, src) {
     dst.ep = src.ep;
@@ -328,7 +365,7 @@ inline operator_pass() {
         :: else -> break
         od;
         if
-        :: dirty && nt.ep <= MAXE -> write()
+        :: dirty && nt.ep <= EPOCHS -> write()
         :: else -> skip
         fi
     fi;
@@ -411,7 +448,13 @@ inline fenced_write(p, x) {
     fi
 }
 
-proctype pod(byte p) {
+/* Processes: Spin's weak fairness (pan -f, for the liveness check) is per process, so each
+ * action that must happen eventually is in a process of its own, or with actions that cannot
+ * be taken again and again while it waits (a confirmation, enabled after every tick, would
+ * starve an ack in the same process). */
+
+/* The worker process of pod p: the watch, the lease's confirmations, a restart in place. */
+proctype worker(byte p) {
 end:
     do
     /* the worker sees the table (watch) */
@@ -425,89 +468,102 @@ end:
         fi;
         age[p] = 0 }
 #endif
-    /* a release finished */
+#ifdef RESTARTS
+    /* the container restarted in place (same uid) */
+    :: d_step { !up[p] && present[p] && !term[p] -> process_starts(p) }
+#endif
+    od
+}
+
+/* Pod p's releases finishing, and its acks on its own pod. */
+proctype releaser(byte p) {
+end:
+    do
     :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
         printf("EV finished %d 0\n", p) }
 #if NU > 1
     :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
         printf("EV finished %d 1\n", p) }
 #endif
-    /* the ack, on its own pod */
     :: d_step { up[p] && present[p] &&
         (ackUid[p] != uid[p] || ackEp[p] != vEp[p] || ackPend[p] != (fin[p] & vRel[p])) ->
         ackUid[p] = uid[p]; ackEp[p] = vEp[p]; ackPend[p] = fin[p] & vRel[p];
         printf("EV ack %d %d %d %d\n", p, ackUid[p], ackEp[p], ackPend[p]) }
-    /* a fenced write to the store */
+    od
+}
+
+#ifndef LIVE
+/* Pod p's fenced writes to the store. They change no state, so the liveness check, which
+ * has no assertion to make of them, leaves them out. */
+proctype writer(byte p) {
+end:
+    do
     :: d_step { SERVES(p, 0) -> fenced_write(p, 0) }
 #if NU > 1
     :: d_step { SERVES(p, 1) -> fenced_write(p, 1) }
 #endif
+    od
+}
+#endif
+
+#if defined(RESTARTS) || defined(PODS)
+/* Faults of pod p. */
+proctype pod_faults(byte p) {
+end:
+    do
 #ifdef RESTARTS
-    /* the container restarts in place (same uid) */
-    :: d_step { up[p] -> process_gone(p) }
-    :: d_step { !up[p] && present[p] && !term[p] -> process_starts(p) }
+    /* the container dies (it restarts in place: `worker`) */
+    :: d_step { FAULT && up[p] -> SPEND; process_gone(p) }
 #endif
 #ifdef PODS
     /* the pod is terminated (deletionTimestamp, SIGTERM), then deleted once its process is gone */
-    :: d_step { present[p] && !term[p] -> term[p] = 1; printf("EV term %d\n", p) }
-    :: d_step { present[p] -> process_gone(p); present[p] = 0; term[p] = 0;
+    :: d_step { FAULT && present[p] && !term[p] -> SPEND; term[p] = 1; printf("EV term %d\n", p) }
+    :: d_step { FAULT && present[p] -> SPEND; process_gone(p); present[p] = 0; term[p] = 0;
         ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0; printf("EV gone %d\n", p) }
     /* a new incarnation of the name (StatefulSet) */
-    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
+    :: d_step { !quiet && !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
         printf("EV pod %d %d\n", p, uid[p]); process_starts(p) }
 #endif
     od
 }
-
-#ifndef KEEP
-/* StopServing: never two pods serving one unit. */
-#if NU > 1
-#define OVERLAP ((SERVES(0, 0) && SERVES(1, 0)) || (SERVES(0, 1) && SERVES(1, 1)))
-#else
-#define OVERLAP (SERVES(0, 0) && SERVES(1, 0))
-#endif
-active proctype stop_serving() {
-end:
-    atomic { OVERLAP -> assert(false) }
-}
 #endif
 
-active proctype world() {
-    d_step {
-        clear_table(cm); clear_table(mem); clear_table(old); clear_table(nt);
-        present[0] = 1; uid[0] = 1; up[0] = 1;
-        present[1] = 1; uid[1] = 1; up[1] = 1;
-        tgt[0] = NONE;
-#if NU > 1
-        tgt[1] = NONE
-#endif
-    };
-    run pod(0);
-    run pod(1);
+/* The operator's crashes, the table's deletions and rollbacks, and the placement's target,
+ * which may move at any time; for the liveness check it may also stop: `quiet`. */
+proctype nemesis() {
 end:
     do
-    :: d_step { operator_pass() }
-    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }   /* status.epoch reported */
-    :: d_step { hasMem && crashes < CRASHES -> crashes++; hasMem = 0; clear_table(mem); printf("EV crash\n");
+    :: d_step { FAULT && hasMem && crashes < CRASHES -> SPEND; crashes++; hasMem = 0; clear_table(mem);
+        printf("EV crash\n");
         i = 0;
         do
         :: i < NU -> tmo[i] = 0; i++
         :: else -> break
         od;
         i = 0 }
-    /* the placement's target moves */
-    :: d_step { tgt[0] != 0 -> tgt[0] = 0; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { tgt[0] != 1 -> tgt[0] = 1; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { tgt[0] != NONE -> tgt[0] = NONE; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { FAULT && cmOk && attacks < ATTACKS && lastEp > 0 -> SPEND; attacks++; cmOk = 0;
+        printf("EV delete\n") }
+    :: d_step { FAULT && cmOk && attacks < ATTACKS && lastEp > 1 -> SPEND; attacks++; copy_table(cm, old);
+        printf("EV rollback\n") }
+    :: d_step { !quiet && tgt[0] != 0 -> tgt[0] = 0; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { !quiet && tgt[0] != 1 -> tgt[0] = 1; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { !quiet && tgt[0] != NONE -> tgt[0] = NONE; printf("EV target 0 %d\n", tgt[0]) }
 #if NU > 1
-    :: d_step { tgt[1] != 0 -> tgt[1] = 0; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { tgt[1] != 1 -> tgt[1] = 1; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { tgt[1] != NONE -> tgt[1] = NONE; printf("EV target 1 %d\n", tgt[1]) }
+    :: d_step { !quiet && tgt[1] != 0 -> tgt[1] = 0; printf("EV target 1 %d\n", tgt[1]) }
+    :: d_step { !quiet && tgt[1] != 1 -> tgt[1] = 1; printf("EV target 1 %d\n", tgt[1]) }
+    :: d_step { !quiet && tgt[1] != NONE -> tgt[1] = NONE; printf("EV target 1 %d\n", tgt[1]) }
 #endif
-    /* the table deleted, or rolled back to the one before */
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 0 -> attacks++; cmOk = 0; printf("EV delete\n") }
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 1 -> attacks++; copy_table(cm, old); printf("EV rollback\n") }
-    /* time passes */
+#ifdef LIVE
+    /* faults stop, and the target of every unit stays on a pod that can serve it */
+    :: d_step { !quiet && SETTLED -> quiet = 1; printf("EV quiet\n") }
+#endif
+    od
+}
+
+/* Time passes. */
+proctype clock() {
+end:
+    do
     :: d_step {
         printf("EV tick\n");
         i = 0;
@@ -531,5 +587,58 @@ end:
         od;
 #endif
         i = 0; j = 0 }
+    od
+}
+
+#ifndef KEEP
+#ifndef LIVE
+/* StopServing: never two pods serving one unit. */
+#if NU > 1
+#define OVERLAP ((SERVES(0, 0) && SERVES(1, 0)) || (SERVES(0, 1) && SERVES(1, 1)))
+#else
+#define OVERLAP (SERVES(0, 0) && SERVES(1, 0))
+#endif
+active proctype stop_serving() {
+end:
+    atomic { OVERLAP -> assert(false) }
+}
+#endif
+#endif
+
+#ifdef LIVE
+/* Liveness: once faults stop, every unit is served by its target again and again. */
+#define SERVED(x) (tgt[x] != NONE && SERVES(tgt[x], x))
+#if NU > 1
+ltl served { [] (quiet -> (<> SERVED(0) && <> SERVED(1))) }
+#else
+ltl served { [] (quiet -> <> SERVED(0)) }
+#endif
+#endif
+
+/* The operator: its passes and the status's epoch, reported after the table. */
+active proctype world() {
+    d_step {
+        clear_table(cm); clear_table(mem); clear_table(old); clear_table(nt);
+        present[0] = 1; uid[0] = 1; up[0] = 1;
+        present[1] = 1; uid[1] = 1; up[1] = 1;
+        tgt[0] = NONE;
+#if NU > 1
+        tgt[1] = NONE
+#endif
+    };
+    atomic {
+        run worker(0); run worker(1); run releaser(0); run releaser(1);
+#ifndef LIVE
+        run writer(0); run writer(1);
+#endif
+#if defined(RESTARTS) || defined(PODS)
+        run pod_faults(0); run pod_faults(1);
+#endif
+        run nemesis(); run clock()
+    };
+end:
+    do
+    :: d_step { operator_pass() }
+    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }
     od
 }

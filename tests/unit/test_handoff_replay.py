@@ -270,7 +270,8 @@ def replay(output: str, defines: list[str]) -> Iterator[Pass | View]:
             (own, tok, rel, to if rel else 0, rep if rel else 0)
             for _, own, tok, rel, to, rep in following
         )
-        model = Published(epoch, (m0, m1), units) if ok else None
+        # epoch 0: the template, before any write; the engine publishes no table for it
+        model = Published(epoch, (m0, m1), units) if ok and epoch > 0 else None
         yield Pass(model, engine.published(), before)
 
 
