@@ -9,20 +9,25 @@
  * Bounds (docs/handoff.md, "How we know"): NP = 2 pod names, NU units, MAXINC incarnations
  * (pod uids) per name, table epochs up to MAXE (repairs above it), CRASHES operator crashes,
  * ATTACKS table deletions or rollbacks; -DRESTARTS adds container restarts in place, -DPODS
- * pods terminated and deleted. Time is discrete: `tick` advances every timer by one; clocks run
- * at the extremes of their rate bound (the operator's timeout fires TMIN ticks after it knew the
- * release, a worker serves W ticks after its last confirmation), which for safety covers every
- * rate in between: an earlier lease end or a later timeout only removes overlaps.
+ * pods terminated and deleted; FAULTS, when set, bounds the faults of all kinds together. Time
+ * is discrete: `tick` advances every timer by one; clocks run at the extremes of their rate
+ * bound (the operator's timeout fires TMIN ticks after it knew the release, a worker serves W
+ * ticks after its last confirmation), which for safety covers every rate in between: an
+ * earlier lease end or a later timeout only removes overlaps.
  *
  * Properties:
  *   StopServing  (monitor `stop_serving`, without -DKEEP) at no instant do two pods serve a unit;
  *   KeepServing  (asserts in `claim` and `fenced_write`) no fenced write is accepted from a stale
  *                owner: a store accepts a token only from the incarnation that claimed it last;
  *   Grow         (asserts in `write`) table epochs grow and unit tokens never go down;
- *   Liveness     (`ltl served`, with -DLIVE) once faults stop, every unit ends up served.
+ *   Liveness     (`ltl served`, with -DLIVE, pan -a -f) once faults stop, every unit is served
+ *                by its target again and again, in every run where each process that stays
+ *                able to act does act (Spin's weak fairness).
  *
  * Mutants: each -DM_... switch drops one rule of docs/handoff.md (listed, with the rule,
- * in scripts/model_check.py); Spin must find a counterexample for each.
+ * in scripts/model_check.py); Spin must find a counterexample for each: a state that breaks a
+ * safety property, or for M_NO_TIMEOUT and M_FENCE_KEPT a fair cycle after the faults stopped
+ * in which a unit is never served.
  */
 
 #define NP 2
@@ -62,9 +67,10 @@
 #define FAULT (!quiet)
 #define SPEND skip
 #endif
-/* LIVE: the liveness check. Faults and target moves may stop (`quiet`); after that the
- * operator may write SETTLE tables above MAXE, so that the bound on epochs cannot be what
- * stops it: if it needed more, the check would find a unit never served. */
+/* LIVE: the liveness check. Faults may stop (`quiet`) in any state, and the target of each
+ * unit stays then on a pod that can serve it; after that the operator may write SETTLE tables
+ * above MAXE, so that the bound on epochs cannot be what stops it: if it needed more, the
+ * check would find a unit never served. */
 #ifdef LIVE
 #ifndef SETTLE
 #define SETTLE 4
@@ -159,11 +165,6 @@ bit alive, park, acked, dirty;
 #ifdef LIVE
 /* A pod a unit can be placed on: present, not terminating (its process may be down). */
 #define READY(p) ((p) != NONE && present[p] && !term[p])
-#if NU > 1
-#define SETTLED (READY(tgt[0]) && READY(tgt[1]))
-#else
-#define SETTLED READY(tgt[0])
-#endif
 #endif
 
 inline copy_table(dst, src) {
@@ -266,6 +267,13 @@ inline recover() {
     fi
 }
 
+/* handoffTimeout has passed since the operator knew of unit j's release. */
+#ifdef M_NO_TIMEOUT
+#define TIMED_OUT 0
+#else
+#define TIMED_OUT (tmo[j] >= TMIN)
+#endif
+
 /* engine.handoff.step on the table in memory (the one just read), one unit `j`. */
 inline advance() {
     ow = mem.u[j].own;
@@ -290,10 +298,10 @@ inline advance() {
 #else
         nt.u[j].rel = 1; nt.u[j].to = NONE; nt.u[j].rep = nt.ep
 #endif
-    :: park && mem.u[j].rel && (acked || tmo[j] >= TMIN) ->
+    :: park && mem.u[j].rel && (acked || TIMED_OUT) ->
         nt.u[j].own = NONE; nt.u[j].tok = nt.ep; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
-    :: park && mem.u[j].rel && !acked && tmo[j] < TMIN && mem.u[j].to != NONE -> nt.u[j].to = NONE
-    :: park && mem.u[j].rel && !acked && tmo[j] < TMIN && mem.u[j].to == NONE -> skip
+    :: park && mem.u[j].rel && !acked && !TIMED_OUT && mem.u[j].to != NONE -> nt.u[j].to = NONE
+    :: park && mem.u[j].rel && !acked && !TIMED_OUT && mem.u[j].to == NONE -> skip
     :: !park && ow == NONE && dest != NONE -> nt.u[j].own = dest; nt.u[j].tok = nt.ep
     :: !park && ow == NONE && dest == NONE -> skip
     :: !park && ow != NONE && !alive ->    /* OwnerGone: the deletion is the fence */
@@ -303,13 +311,13 @@ inline advance() {
     :: !park && alive && !mem.u[j].rel && (dest == NONE || dest == ow) -> skip
     :: !park && alive && mem.u[j].rel && (dest == NONE || dest == ow) ->   /* cancelled */
         nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
-    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && (acked || tmo[j] >= TMIN) ->
+    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && (acked || TIMED_OUT) ->
 #ifdef M_TOKEN_KEPT
         nt.u[j].own = dest; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
 #else
         nt.u[j].own = dest; nt.u[j].tok = nt.ep; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
 #endif
-    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && !acked && tmo[j] < TMIN ->
+    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && !acked && !TIMED_OUT ->
         nt.u[j].to = dest                  /* retargeted: since and release epoch kept */
     fi
 }
@@ -326,12 +334,42 @@ inline show_table() {
     i = 0
 }
 
+/* The placement's target of unit x, chosen for each pass: any pod or none, which covers every
+ * choice the strategy or a restart hold (engine.restarts) can make. Only the pass reads it, so
+ * a target chosen anew at each pass is a target that moves at any time, in a third of the
+ * states. Once quiet, it stays where `settle` put it. */
+inline choose_target(x) {
+    if
+    :: quiet -> skip
+    :: !quiet -> tgt[x] = 0
+    :: !quiet -> tgt[x] = 1
+    :: !quiet -> tgt[x] = NONE
+    fi
+}
+
+#ifdef LIVE
+/* The target of unit x once faults stop: any pod a unit can be placed on. */
+inline settle(x) {
+    if
+    :: READY(0) -> tgt[x] = 0
+    :: READY(1) -> tgt[x] = 1
+    fi
+}
+#endif
+
 /* One pass of the operator: read the table, repair it or step it, write at most one table. */
 inline operator_pass() {
+    i = 0;
+    do
+    :: i < NU -> printf("EV target %d %d\n", i, tgt[i]); i++
+    :: else -> break
+    od;
     recover();
     if
     :: dirty -> write()
-#ifndef M_FENCE_NOT_WAITED
+#ifdef M_FENCE_KEPT
+    :: !dirty && fenced -> skip
+#elif !defined(M_FENCE_NOT_WAITED)
     :: !dirty && fenced && fenceAge < TMIN -> skip      /* nothing is placed while fenced */
 #endif
     :: else ->
@@ -371,6 +409,12 @@ inline operator_pass() {
     fi;
     show_table();
     clear_table(nt);
+    /* the next pass chooses its own target */
+    i = 0;
+    do
+    :: i < NU && !quiet -> tgt[i] = NONE; i++
+    :: else -> break
+    od;
     i = 0; j = 0; hi = 0; ow = 0; w = 0; dest = 0; alive = 0; park = 0; acked = 0; dirty = 0
 }
 
@@ -528,8 +572,8 @@ end:
 }
 #endif
 
-/* The operator's crashes, the table's deletions and rollbacks, and the placement's target,
- * which may move at any time; for the liveness check it may also stop: `quiet`. */
+/* The operator's crashes, the table's deletions and rollbacks; for the liveness check they may
+ * stop: `quiet`. */
 proctype nemesis() {
 end:
     do
@@ -545,17 +589,14 @@ end:
         printf("EV delete\n") }
     :: d_step { FAULT && cmOk && attacks < ATTACKS && lastEp > 1 -> SPEND; attacks++; copy_table(cm, old);
         printf("EV rollback\n") }
-    :: d_step { !quiet && tgt[0] != 0 -> tgt[0] = 0; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { !quiet && tgt[0] != 1 -> tgt[0] = 1; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { !quiet && tgt[0] != NONE -> tgt[0] = NONE; printf("EV target 0 %d\n", tgt[0]) }
-#if NU > 1
-    :: d_step { !quiet && tgt[1] != 0 -> tgt[1] = 0; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { !quiet && tgt[1] != 1 -> tgt[1] = 1; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { !quiet && tgt[1] != NONE -> tgt[1] = NONE; printf("EV target 1 %d\n", tgt[1]) }
-#endif
 #ifdef LIVE
     /* faults stop, and the target of every unit stays on a pod that can serve it */
-    :: d_step { !quiet && SETTLED -> quiet = 1; printf("EV quiet\n") }
+    :: atomic { !quiet && (READY(0) || READY(1)) ->
+        settle(0);
+#if NU > 1
+        settle(1);
+#endif
+        quiet = 1; printf("EV quiet %d\n", EPOCHS) }
 #endif
     od
 }
@@ -606,7 +647,9 @@ end:
 #endif
 
 #ifdef LIVE
-/* Liveness: once faults stop, every unit is served by its target again and again. */
+/* Liveness: once faults stop, every unit is served by its target again and again (`quiet`
+ * stays set, so each later state has a later one where the unit is served). The target is a
+ * pod once quiet; the claim may still evaluate SERVED before, where it may be NONE. */
 #define SERVED(x) (tgt[x] != NONE && SERVES(tgt[x], x))
 #if NU > 1
 ltl served { [] (quiet -> (<> SERVED(0) && <> SERVED(1))) }
@@ -619,12 +662,13 @@ ltl served { [] (quiet -> <> SERVED(0)) }
 active proctype world() {
     d_step {
         clear_table(cm); clear_table(mem); clear_table(old); clear_table(nt);
+        do
+        :: i < NU -> tgt[i] = NONE; i++
+        :: else -> break
+        od;
+        i = 0;
         present[0] = 1; uid[0] = 1; up[0] = 1;
-        present[1] = 1; uid[1] = 1; up[1] = 1;
-        tgt[0] = NONE;
-#if NU > 1
-        tgt[1] = NONE
-#endif
+        present[1] = 1; uid[1] = 1; up[1] = 1
     };
     atomic {
         run worker(0); run worker(1); run releaser(0); run releaser(1);
@@ -638,7 +682,12 @@ active proctype world() {
     };
 end:
     do
-    :: d_step { operator_pass() }
+    :: atomic {
+        choose_target(0);
+#if NU > 1
+        choose_target(1);
+#endif
+        d_step { operator_pass() } }
     :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }
     od
 }

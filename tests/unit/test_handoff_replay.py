@@ -19,7 +19,8 @@ How the model's abstractions map onto the engine's inputs:
     an operator crash is a new SetState.from_status(status); the table deleted is no table
     read, rolled back is the table before the last write read back;
   - a terminated pod is WorkerPod(terminating=True); a deleted one leaves the live pods and its
-    ack goes with it; a pass writes nothing above MAXE (the model's bound on epochs).
+    ack goes with it; a pass writes nothing above the model's bound on epochs (MAXE, raised by
+    `EV quiet` in a liveness run).
   - a worker process is a `WorkerState` (created when the model's process starts, dropped when
     it goes down); each table the model's worker handles (`view`) is received and its
     transition run, stops and acquisitions returning at once, a release until the model's
@@ -165,6 +166,8 @@ class Engine:
                 self.table = None
             case "rollback", []:
                 self.table = self.before
+            case "quiet", [epochs]:
+                self.max_epoch = epochs
             case _:
                 raise ValueError(f"unknown event {kind} {args}")
 
@@ -333,9 +336,14 @@ def _units(one: Pass) -> list[tuple[Unit, Unit, Unit]]:
     return list(zip(before.units, model.units, engine.units, strict=True))
 
 
-def _waits_for_ack(one: Pass) -> bool:
-    """The mutant granted a releasing unit on; the engine still has its owner releasing it."""
-    return any(b[2] == 1 and m[0] != b[0] and e[0] == b[0] and e[2] == 1 for b, m, e in _units(one))
+def _granted(one: Pass, *, by_model: bool) -> bool:
+    """One side moved a releasing unit on (the model: `by_model`); the other still has its
+    owner releasing it."""
+    for before, model, engine in _units(one):
+        moved, waiting = (model, engine) if by_model else (engine, model)
+        if before[2] == 1 and moved[0] != before[0] and waiting[0] == before[0] and waiting[2]:
+            return True
+    return False
 
 
 def _new_token(one: Pass) -> bool:
@@ -360,23 +368,29 @@ def _above_reservation(one: Pass) -> bool:
     return present(one.engine, "the engine has no table").epoch > model.epoch
 
 
-def _fence_waited(one: Pass) -> bool:
-    """The mutant placed units while fenced; the engine's table stays the fence."""
-    before, _, engine = _tables(one)
-    unowned = all(e[0] == NONE for _, _, e in _units(one))
-    placed = any(m[0] != NONE for _, m, _ in _units(one))
-    return engine == before and unowned and placed
+def _fenced(one: Pass, *, by_model: bool) -> bool:
+    """One side (the model: `by_model`) kept the fence, the table before with every unit
+    unowned; the other placed a unit."""
+    before, model, engine = _tables(one)
+    kept, placed = (model, engine) if by_model else (engine, model)
+    unowned = all(unit[0] == NONE for unit in before.units)
+    return kept == before and unowned and any(unit[0] != NONE for unit in placed.units)
 
 
 KEPT: dict[str, Callable[[Pass], bool]] = {
-    "M_NO_ACK_WAIT": _waits_for_ack,
-    "M_ACK_EPOCH_IGNORED": _waits_for_ack,
+    "M_NO_ACK_WAIT": lambda one: _granted(one, by_model=True),
+    "M_ACK_EPOCH_IGNORED": lambda one: _granted(one, by_model=True),
     "M_TOKEN_KEPT": _new_token,
     "M_NOBODY_WITHOUT_RELEASE": _releases_to_nobody,
     "M_REPAIR_IGNORES_RESERVATION": _above_reservation,
-    "M_FENCE_NOT_WAITED": _fence_waited,
+    "M_FENCE_NOT_WAITED": lambda one: _fenced(one, by_model=False),
+    "M_NO_TIMEOUT": lambda one: _granted(one, by_model=False),
+    "M_FENCE_KEPT": lambda one: _fenced(one, by_model=True),
 }
-"""Per mutant: the engine keeps the rule it dropped, at the first pass where the two differ.
+"""Per mutant: the engine keeps the rule it dropped, at the first pass where the two differ:
+it waits for the ack (the first two), gives the new owner the write's epoch as token,
+releases a leaving owner's unit to nobody, repairs above the reservation, keeps the fence;
+along a liveness mutant's cycle it times the release out, lifts the fence.
 M_LEASE_OUTLIVES_TIMEOUT is the worker's lease, not the operator's: its trail replays with no
 difference at all (below)."""
 
