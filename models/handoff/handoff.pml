@@ -67,6 +67,7 @@
 #define FAULT (!quiet)
 #define SPEND skip
 #endif
+#define ROLLBACK_LEFT (FAULT && attacks < ATTACKS)
 /* LIVE: the liveness check. Faults may stop (`quiet`) in any state, and the target of each
  * unit stays then on a pod that can serve it; after that the operator may write SETTLE tables
  * above MAXE, so that the bound on epochs cannot be what stops it: if it needed more, the
@@ -227,7 +228,12 @@ inline write() {
     :: nt.ep > reserved -> reserved = nt.ep
     :: else -> skip
     fi;
-    copy_table(old, cm);
+    /* `old` is what a rollback restores: kept only while one can still happen, so that
+     * states differing in it alone are one state */
+    if
+    :: ROLLBACK_LEFT -> copy_table(old, cm)
+    :: else -> clear_table(old)
+    fi;
     copy_table(cm, nt);
     cmOk = 1;
     copy_table(mem, nt);
@@ -443,7 +449,7 @@ inline handle(p) {
         :: ow && cm.u[j].rel && (vRel[p] & BIT(j)) == 0 -> rdl[PU(p, j)] = age[p]
         :: else -> skip
         fi;
-        vTok[PU(p, j)] = w;
+        vTok[PU(p, j)] = (ow && !cm.u[j].rel -> w : 0);  /* read only for its own units */
         vMine[p] = (ow && !cm.u[j].rel -> vMine[p] | BIT(j) : vMine[p] & ~BIT(j));
         vRel[p] = (ow && cm.u[j].rel -> vRel[p] | BIT(j) : vRel[p] & ~BIT(j));
         if
