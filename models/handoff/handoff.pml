@@ -155,8 +155,10 @@ bit alive, park, acked, dirty;
 #define PU(p, x) ((p) * NU + (x))
 #ifdef KEEP
 #define LEASE_OK(a) 1
+#define LEASE 0                 /* the table's servingLease: none */
 #else
 #define LEASE_OK(a) ((a) < W)
+#define LEASE W
 #endif
 /* Serving: held under the token the view gives it (or finishing a release), lease running. */
 #define SERVES(p, x) (up[p] && held[PU(p, x)] != 0 && \
@@ -424,6 +426,17 @@ inline operator_pass() {
     i = 0; j = 0; hi = 0; ow = 0; w = 0; dest = 0; alive = 0; park = 0; acked = 0; dirty = 0
 }
 
+/* Replay markers: per unit, the token pod p's process holds, whether it is finishing a
+ * release of it, whether it serves it. */
+inline show_worker(p) {
+    j = 0;
+    do
+    :: j < NU -> printf("WK %d %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1, SERVES(p, j)); j++
+    :: else -> break
+    od;
+    j = 0
+}
+
 /* The worker rule on the ConfigMap's table (plan_worker, as WorkerState.next_transition runs
  * it): stop what is not its own under its token, acquire (claim) what is, finish what is
  * released. */
@@ -460,13 +473,9 @@ inline handle(p) {
     :: else -> break
     od;
     vEp[p] = cm.ep;
+    ow = 0; w = 0;
     printf("EV view %d %d\n", p, cm.ep);
-    j = 0;
-    do
-    :: j < NU -> printf("WK %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1); j++
-    :: else -> break
-    od;
-    j = 0; ow = 0; w = 0
+    show_worker(p)
 }
 
 /* A process that dies (container restart, or the pod deleted) loses everything it held. */
@@ -483,9 +492,10 @@ inline process_gone(p) {
 
 /* A process starts: a consistent read of the table, confirmed as of now. */
 inline process_starts(p) {
+    printf("EV start %d\n", p);
     up[p] = 1;
     if
-    :: cmOk -> handle(p); age[p] = 0
+    :: cmOk -> handle(p); age[p] = 0; printf("EV confirm %d\n", p); show_worker(p)
     :: else -> age[p] = W
     fi
 }
@@ -516,7 +526,9 @@ end:
         :: cm.ep > vEp[p] -> handle(p)
         :: else -> skip
         fi;
-        age[p] = 0 }
+        age[p] = 0;
+        printf("EV confirm %d\n", p);
+        show_worker(p) }
 #endif
 #ifdef RESTARTS
     /* the container restarted in place (same uid) */
@@ -530,10 +542,10 @@ proctype releaser(byte p) {
 end:
     do
     :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
-        printf("EV finished %d 0\n", p) }
+        printf("EV finished %d 0\n", p); show_worker(p) }
 #if NU > 1
     :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
-        printf("EV finished %d 1\n", p) }
+        printf("EV finished %d 1\n", p); show_worker(p) }
 #endif
     :: d_step { up[p] && present[p] &&
         (ackUid[p] != uid[p] || ackEp[p] != vEp[p] || ackPend[p] != (fin[p] & vRel[p])) ->
@@ -633,6 +645,11 @@ end:
         :: else -> break
         od;
 #endif
+        i = 0;
+        do
+        :: i < NP -> printf("EV serving %d\n", i); show_worker(i); i++
+        :: else -> break
+        od;
         i = 0; j = 0 }
     od
 }
@@ -673,8 +690,9 @@ active proctype world() {
         :: else -> break
         od;
         i = 0;
-        present[0] = 1; uid[0] = 1; up[0] = 1;
-        present[1] = 1; uid[1] = 1; up[1] = 1
+        printf("EV lease %d\n", LEASE);
+        present[0] = 1; uid[0] = 1; process_starts(0);
+        present[1] = 1; uid[1] = 1; process_starts(1)
     };
     atomic {
         run worker(0); run worker(1); run releaser(0); run releaser(1);
