@@ -62,9 +62,10 @@ demo: controlplane
 test:
 	$(PYTHON) scripts/run_tests.py
 
-# The Spin model of the hand-off protocol (models/handoff/): every safety configuration explored
-# exhaustively and every mutant refuted; prints check, states, memory, result (docs/handoff.md,
-# "How we know"). tests/unit/test_handoff_spin.py runs the same checks.
+# The Spin model of the hand-off protocol (models/handoff/): every safety and liveness
+# configuration explored exhaustively and every mutant refuted; prints check, states, memory,
+# time, result (docs/handoff.md, "How we know"). tests/unit/test_handoff_spin.py runs the same
+# checks; `$(BIN)/python scripts/model_check.py --by-hand` adds those beyond a CI budget.
 model: setup
 	$(BIN)/python scripts/model_check.py
 

@@ -9,20 +9,25 @@
  * Bounds (docs/handoff.md, "How we know"): NP = 2 pod names, NU units, MAXINC incarnations
  * (pod uids) per name, table epochs up to MAXE (repairs above it), CRASHES operator crashes,
  * ATTACKS table deletions or rollbacks; -DRESTARTS adds container restarts in place, -DPODS
- * pods terminated and deleted. Time is discrete: `tick` advances every timer by one; clocks run
- * at the extremes of their rate bound (the operator's timeout fires TMIN ticks after it knew the
- * release, a worker serves W ticks after its last confirmation), which for safety covers every
- * rate in between: an earlier lease end or a later timeout only removes overlaps.
+ * pods terminated and deleted; FAULTS, when set, bounds the faults of all kinds together. Time
+ * is discrete: `tick` advances every timer by one; clocks run at the extremes of their rate
+ * bound (the operator's timeout fires TMIN ticks after it knew the release, a worker serves W
+ * ticks after its last confirmation), which for safety covers every rate in between: an
+ * earlier lease end or a later timeout only removes overlaps.
  *
  * Properties:
  *   StopServing  (monitor `stop_serving`, without -DKEEP) at no instant do two pods serve a unit;
  *   KeepServing  (asserts in `claim` and `fenced_write`) no fenced write is accepted from a stale
  *                owner: a store accepts a token only from the incarnation that claimed it last;
  *   Grow         (asserts in `write`) table epochs grow and unit tokens never go down;
- *   Liveness     (`ltl served`, with -DLIVE) once faults stop, every unit ends up served.
+ *   Liveness     (`ltl served`, with -DLIVE, pan -a -f) once faults stop, every unit is served
+ *                by its target again and again, in every run where each process that stays
+ *                able to act does act (Spin's weak fairness).
  *
  * Mutants: each -DM_... switch drops one rule of docs/handoff.md (listed, with the rule,
- * in scripts/model_check.py); Spin must find a counterexample for each.
+ * in scripts/model_check.py); Spin must find a counterexample for each: a state that breaks a
+ * safety property, or for M_NO_TIMEOUT and M_FENCE_KEPT a fair cycle after the faults stopped
+ * in which a unit is never served.
  */
 
 #define NP 2
@@ -51,6 +56,30 @@
 #endif
 #ifndef ATTACKS
 #define ATTACKS 1
+#endif
+/* FAULTS, when set, bounds the faults of every kind together (crashes, table deletions and
+ * rollbacks, container deaths, pod terminations and deletions), so that all kinds can be
+ * checked at once. */
+#ifdef FAULTS
+#define FAULT (!quiet && faults < FAULTS)
+#define SPEND faults++
+#else
+#define FAULT (!quiet)
+#define SPEND skip
+#endif
+#define ROLLBACK_LEFT (FAULT && attacks < ATTACKS)
+/* LIVE: the liveness check. Faults may stop (`quiet`) in any state, and the target of each
+ * unit stays then on a pod that can serve it; after that the operator may write SETTLE tables
+ * above MAXE, so that the bound on epochs cannot be what stops it: if it needed more, the
+ * check would find a unit never served. */
+#ifdef LIVE
+#ifndef SETTLE
+#define SETTLE 4
+#endif
+#define EPOCHS (MAXE + quiet * SETTLE)
+#else
+#define quiet 0
+#define EPOCHS MAXE
 #endif
 
 typedef Unit {
@@ -110,6 +139,12 @@ byte lastTok[NU];
 Table old;
 byte crashes;
 byte attacks;
+#ifdef FAULTS
+byte faults;
+#endif
+#ifdef LIVE
+bit quiet;
+#endif
 
 Table nt;                   /* scratch: the table a pass writes */
 byte i, j, e, hi, ow, w, dest;
@@ -120,14 +155,20 @@ bit alive, park, acked, dirty;
 #define PU(p, x) ((p) * NU + (x))
 #ifdef KEEP
 #define LEASE_OK(a) 1
+#define LEASE 0                 /* the table's servingLease: none */
 #else
 #define LEASE_OK(a) ((a) < W)
+#define LEASE W
 #endif
 /* Serving: held under the token the view gives it (or finishing a release), lease running. */
 #define SERVES(p, x) (up[p] && held[PU(p, x)] != 0 && \
     ((((vMine[p] & BIT(x)) != 0) && vTok[PU(p, x)] == held[PU(p, x)] && LEASE_OK(age[p])) || \
      (((fin[p] & BIT(x)) != 0) && LEASE_OK(rdl[PU(p, x)]))))
 #define MAX(a, b) ((a) > (b) -> (a) : (b))
+#ifdef LIVE
+/* A pod a unit can be placed on: present, not terminating (its process may be down). */
+#define READY(p) ((p) != NONE && present[p] && !term[p])
+#endif
 
 inline copy_table(dst, src) {
     dst.ep = src.ep;
@@ -189,7 +230,12 @@ inline write() {
     :: nt.ep > reserved -> reserved = nt.ep
     :: else -> skip
     fi;
-    copy_table(old, cm);
+    /* `old` is what a rollback restores: kept only while one can still happen, so that
+     * states differing in it alone are one state */
+    if
+    :: ROLLBACK_LEFT -> copy_table(old, cm)
+    :: else -> clear_table(old)
+    fi;
     copy_table(cm, nt);
     cmOk = 1;
     copy_table(mem, nt);
@@ -229,6 +275,13 @@ inline recover() {
     fi
 }
 
+/* handoffTimeout has passed since the operator knew of unit j's release. */
+#ifdef M_NO_TIMEOUT
+#define TIMED_OUT 0
+#else
+#define TIMED_OUT (tmo[j] >= TMIN)
+#endif
+
 /* engine.handoff.step on the table in memory (the one just read), one unit `j`. */
 inline advance() {
     ow = mem.u[j].own;
@@ -253,10 +306,10 @@ inline advance() {
 #else
         nt.u[j].rel = 1; nt.u[j].to = NONE; nt.u[j].rep = nt.ep
 #endif
-    :: park && mem.u[j].rel && (acked || tmo[j] >= TMIN) ->
+    :: park && mem.u[j].rel && (acked || TIMED_OUT) ->
         nt.u[j].own = NONE; nt.u[j].tok = nt.ep; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
-    :: park && mem.u[j].rel && !acked && tmo[j] < TMIN && mem.u[j].to != NONE -> nt.u[j].to = NONE
-    :: park && mem.u[j].rel && !acked && tmo[j] < TMIN && mem.u[j].to == NONE -> skip
+    :: park && mem.u[j].rel && !acked && !TIMED_OUT && mem.u[j].to != NONE -> nt.u[j].to = NONE
+    :: park && mem.u[j].rel && !acked && !TIMED_OUT && mem.u[j].to == NONE -> skip
     :: !park && ow == NONE && dest != NONE -> nt.u[j].own = dest; nt.u[j].tok = nt.ep
     :: !park && ow == NONE && dest == NONE -> skip
     :: !park && ow != NONE && !alive ->    /* OwnerGone: the deletion is the fence */
@@ -266,13 +319,13 @@ inline advance() {
     :: !park && alive && !mem.u[j].rel && (dest == NONE || dest == ow) -> skip
     :: !park && alive && mem.u[j].rel && (dest == NONE || dest == ow) ->   /* cancelled */
         nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
-    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && (acked || tmo[j] >= TMIN) ->
+    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && (acked || TIMED_OUT) ->
 #ifdef M_TOKEN_KEPT
         nt.u[j].own = dest; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
 #else
         nt.u[j].own = dest; nt.u[j].tok = nt.ep; nt.u[j].rel = 0; nt.u[j].to = 0; nt.u[j].rep = 0
 #endif
-    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && !acked && tmo[j] < TMIN ->
+    :: !park && alive && mem.u[j].rel && dest != NONE && dest != ow && !acked && !TIMED_OUT ->
         nt.u[j].to = dest                  /* retargeted: since and release epoch kept */
     fi
 }
@@ -289,12 +342,42 @@ inline show_table() {
     i = 0
 }
 
+/* The placement's target of unit x, chosen for each pass: any pod or none, which covers every
+ * choice the strategy or a restart hold (engine.restarts) can make. Only the pass reads it, so
+ * a target chosen anew at each pass is a target that moves at any time, in a third of the
+ * states. Once quiet, it stays where `settle` put it. */
+inline choose_target(x) {
+    if
+    :: quiet -> skip
+    :: !quiet -> tgt[x] = 0
+    :: !quiet -> tgt[x] = 1
+    :: !quiet -> tgt[x] = NONE
+    fi
+}
+
+#ifdef LIVE
+/* The target of unit x once faults stop: any pod a unit can be placed on. */
+inline settle(x) {
+    if
+    :: READY(0) -> tgt[x] = 0
+    :: READY(1) -> tgt[x] = 1
+    fi
+}
+#endif
+
 /* One pass of the operator: read the table, repair it or step it, write at most one table. */
 inline operator_pass() {
+    i = 0;
+    do
+    :: i < NU -> printf("EV target %d %d\n", i, tgt[i]); i++
+    :: else -> break
+    od;
     recover();
     if
     :: dirty -> write()
-#ifndef M_FENCE_NOT_WAITED
+#ifdef M_FENCE_KEPT
+    :: !dirty && fenced -> skip
+#elif !defined(M_FENCE_NOT_WAITED)
     :: !dirty && fenced && fenceAge < TMIN -> skip      /* nothing is placed while fenced */
 #endif
     :: else ->
@@ -328,13 +411,30 @@ inline operator_pass() {
         :: else -> break
         od;
         if
-        :: dirty && nt.ep <= MAXE -> write()
+        :: dirty && nt.ep <= EPOCHS -> write()
         :: else -> skip
         fi
     fi;
     show_table();
     clear_table(nt);
+    /* the next pass chooses its own target */
+    i = 0;
+    do
+    :: i < NU && !quiet -> tgt[i] = NONE; i++
+    :: else -> break
+    od;
     i = 0; j = 0; hi = 0; ow = 0; w = 0; dest = 0; alive = 0; park = 0; acked = 0; dirty = 0
+}
+
+/* Replay markers: per unit, the token pod p's process holds, whether it is finishing a
+ * release of it, whether it serves it. */
+inline show_worker(p) {
+    j = 0;
+    do
+    :: j < NU -> printf("WK %d %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1, SERVES(p, j)); j++
+    :: else -> break
+    od;
+    j = 0
 }
 
 /* The worker rule on the ConfigMap's table (plan_worker, as WorkerState.next_transition runs
@@ -362,7 +462,7 @@ inline handle(p) {
         :: ow && cm.u[j].rel && (vRel[p] & BIT(j)) == 0 -> rdl[PU(p, j)] = age[p]
         :: else -> skip
         fi;
-        vTok[PU(p, j)] = w;
+        vTok[PU(p, j)] = (ow && !cm.u[j].rel -> w : 0);  /* read only for its own units */
         vMine[p] = (ow && !cm.u[j].rel -> vMine[p] | BIT(j) : vMine[p] & ~BIT(j));
         vRel[p] = (ow && cm.u[j].rel -> vRel[p] | BIT(j) : vRel[p] & ~BIT(j));
         if
@@ -373,13 +473,9 @@ inline handle(p) {
     :: else -> break
     od;
     vEp[p] = cm.ep;
+    ow = 0; w = 0;
     printf("EV view %d %d\n", p, cm.ep);
-    j = 0;
-    do
-    :: j < NU -> printf("WK %d %d %d\n", j, held[PU(p, j)], (fin[p] >> j) & 1); j++
-    :: else -> break
-    od;
-    j = 0; ow = 0; w = 0
+    show_worker(p)
 }
 
 /* A process that dies (container restart, or the pod deleted) loses everything it held. */
@@ -396,9 +492,10 @@ inline process_gone(p) {
 
 /* A process starts: a consistent read of the table, confirmed as of now. */
 inline process_starts(p) {
+    printf("EV start %d\n", p);
     up[p] = 1;
     if
-    :: cmOk -> handle(p); age[p] = 0
+    :: cmOk -> handle(p); age[p] = 0; printf("EV confirm %d\n", p); show_worker(p)
     :: else -> age[p] = W
     fi
 }
@@ -411,7 +508,13 @@ inline fenced_write(p, x) {
     fi
 }
 
-proctype pod(byte p) {
+/* Processes: Spin's weak fairness (pan -f, for the liveness check) is per process, so each
+ * action that must happen eventually is in a process of its own, or with actions that cannot
+ * be taken again and again while it waits (a confirmation, enabled after every tick, would
+ * starve an ack in the same process). */
+
+/* The worker process of pod p: the watch, the lease's confirmations, a restart in place. */
+proctype worker(byte p) {
 end:
     do
     /* the worker sees the table (watch) */
@@ -423,91 +526,103 @@ end:
         :: cm.ep > vEp[p] -> handle(p)
         :: else -> skip
         fi;
-        age[p] = 0 }
-#endif
-    /* a release finished */
-    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
-        printf("EV finished %d 0\n", p) }
-#if NU > 1
-    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
-        printf("EV finished %d 1\n", p) }
-#endif
-    /* the ack, on its own pod */
-    :: d_step { up[p] && present[p] &&
-        (ackUid[p] != uid[p] || ackEp[p] != vEp[p] || ackPend[p] != (fin[p] & vRel[p])) ->
-        ackUid[p] = uid[p]; ackEp[p] = vEp[p]; ackPend[p] = fin[p] & vRel[p];
-        printf("EV ack %d %d %d %d\n", p, ackUid[p], ackEp[p], ackPend[p]) }
-    /* a fenced write to the store */
-    :: d_step { SERVES(p, 0) -> fenced_write(p, 0) }
-#if NU > 1
-    :: d_step { SERVES(p, 1) -> fenced_write(p, 1) }
+        age[p] = 0;
+        printf("EV confirm %d\n", p);
+        show_worker(p) }
 #endif
 #ifdef RESTARTS
-    /* the container restarts in place (same uid) */
-    :: d_step { up[p] -> process_gone(p) }
+    /* the container restarted in place (same uid) */
     :: d_step { !up[p] && present[p] && !term[p] -> process_starts(p) }
-#endif
-#ifdef PODS
-    /* the pod is terminated (deletionTimestamp, SIGTERM), then deleted once its process is gone */
-    :: d_step { present[p] && !term[p] -> term[p] = 1; printf("EV term %d\n", p) }
-    :: d_step { present[p] -> process_gone(p); present[p] = 0; term[p] = 0;
-        ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0; printf("EV gone %d\n", p) }
-    /* a new incarnation of the name (StatefulSet) */
-    :: d_step { !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
-        printf("EV pod %d %d\n", p, uid[p]); process_starts(p) }
 #endif
     od
 }
 
-#ifndef KEEP
-/* StopServing: never two pods serving one unit. */
-#if NU > 1
-#define OVERLAP ((SERVES(0, 0) && SERVES(1, 0)) || (SERVES(0, 1) && SERVES(1, 1)))
-#else
-#define OVERLAP (SERVES(0, 0) && SERVES(1, 0))
-#endif
-active proctype stop_serving() {
+/* Pod p's releases finishing, and its acks on its own pod. */
+proctype releaser(byte p) {
 end:
-    atomic { OVERLAP -> assert(false) }
+    do
+    :: d_step { up[p] && (fin[p] & BIT(0)) -> fin[p] = fin[p] & ~BIT(0); held[PU(p, 0)] = 0;
+        printf("EV finished %d 0\n", p); show_worker(p) }
+#if NU > 1
+    :: d_step { up[p] && (fin[p] & BIT(1)) -> fin[p] = fin[p] & ~BIT(1); held[PU(p, 1)] = 0;
+        printf("EV finished %d 1\n", p); show_worker(p) }
+#endif
+    :: d_step { up[p] && present[p] &&
+        (ackUid[p] != uid[p] || ackEp[p] != vEp[p] || ackPend[p] != (fin[p] & vRel[p])) ->
+        ackUid[p] = uid[p]; ackEp[p] = vEp[p]; ackPend[p] = fin[p] & vRel[p];
+        printf("EV ack %d %d %d %d\n", p, ackUid[p], ackEp[p], ackPend[p]) }
+    od
+}
+
+#ifndef LIVE
+/* Pod p's fenced writes to the store. They change no state, so the liveness check, which
+ * has no assertion to make of them, leaves them out. */
+proctype writer(byte p) {
+end:
+    do
+    :: d_step { SERVES(p, 0) -> fenced_write(p, 0) }
+#if NU > 1
+    :: d_step { SERVES(p, 1) -> fenced_write(p, 1) }
+#endif
+    od
 }
 #endif
 
-active proctype world() {
-    d_step {
-        clear_table(cm); clear_table(mem); clear_table(old); clear_table(nt);
-        present[0] = 1; uid[0] = 1; up[0] = 1;
-        present[1] = 1; uid[1] = 1; up[1] = 1;
-        tgt[0] = NONE;
-#if NU > 1
-        tgt[1] = NONE
-#endif
-    };
-    run pod(0);
-    run pod(1);
+#if defined(RESTARTS) || defined(PODS)
+/* Faults of pod p. */
+proctype pod_faults(byte p) {
 end:
     do
-    :: d_step { operator_pass() }
-    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }   /* status.epoch reported */
-    :: d_step { hasMem && crashes < CRASHES -> crashes++; hasMem = 0; clear_table(mem); printf("EV crash\n");
+#ifdef RESTARTS
+    /* the container dies (it restarts in place: `worker`) */
+    :: d_step { FAULT && up[p] -> SPEND; process_gone(p) }
+#endif
+#ifdef PODS
+    /* the pod is terminated (deletionTimestamp, SIGTERM), then deleted once its process is gone */
+    :: d_step { FAULT && present[p] && !term[p] -> SPEND; term[p] = 1; printf("EV term %d\n", p) }
+    :: d_step { FAULT && present[p] -> SPEND; process_gone(p); present[p] = 0; term[p] = 0;
+        ackUid[p] = 0; ackEp[p] = 0; ackPend[p] = 0; printf("EV gone %d\n", p) }
+    /* a new incarnation of the name (StatefulSet) */
+    :: d_step { !quiet && !present[p] && uid[p] < MAXINC -> present[p] = 1; uid[p]++;
+        printf("EV pod %d %d\n", p, uid[p]); process_starts(p) }
+#endif
+    od
+}
+#endif
+
+/* The operator's crashes, the table's deletions and rollbacks; for the liveness check they may
+ * stop: `quiet`. */
+proctype nemesis() {
+end:
+    do
+    :: d_step { FAULT && hasMem && crashes < CRASHES -> SPEND; crashes++; hasMem = 0; clear_table(mem);
+        printf("EV crash\n");
         i = 0;
         do
         :: i < NU -> tmo[i] = 0; i++
         :: else -> break
         od;
         i = 0 }
-    /* the placement's target moves */
-    :: d_step { tgt[0] != 0 -> tgt[0] = 0; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { tgt[0] != 1 -> tgt[0] = 1; printf("EV target 0 %d\n", tgt[0]) }
-    :: d_step { tgt[0] != NONE -> tgt[0] = NONE; printf("EV target 0 %d\n", tgt[0]) }
+    :: d_step { FAULT && cmOk && attacks < ATTACKS && lastEp > 0 -> SPEND; attacks++; cmOk = 0;
+        printf("EV delete\n") }
+    :: d_step { FAULT && cmOk && attacks < ATTACKS && lastEp > 1 -> SPEND; attacks++; copy_table(cm, old);
+        printf("EV rollback\n") }
+#ifdef LIVE
+    /* faults stop, and the target of every unit stays on a pod that can serve it */
+    :: atomic { !quiet && (READY(0) || READY(1)) ->
+        settle(0);
 #if NU > 1
-    :: d_step { tgt[1] != 0 -> tgt[1] = 0; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { tgt[1] != 1 -> tgt[1] = 1; printf("EV target 1 %d\n", tgt[1]) }
-    :: d_step { tgt[1] != NONE -> tgt[1] = NONE; printf("EV target 1 %d\n", tgt[1]) }
+        settle(1);
 #endif
-    /* the table deleted, or rolled back to the one before */
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 0 -> attacks++; cmOk = 0; printf("EV delete\n") }
-    :: d_step { cmOk && attacks < ATTACKS && lastEp > 1 -> attacks++; copy_table(cm, old); printf("EV rollback\n") }
-    /* time passes */
+        quiet = 1; printf("EV quiet %d\n", EPOCHS) }
+#endif
+    od
+}
+
+/* Time passes. */
+proctype clock() {
+end:
+    do
     :: d_step {
         printf("EV tick\n");
         i = 0;
@@ -530,6 +645,73 @@ end:
         :: else -> break
         od;
 #endif
+        i = 0;
+        do
+        :: i < NP -> printf("EV serving %d\n", i); show_worker(i); i++
+        :: else -> break
+        od;
         i = 0; j = 0 }
+    od
+}
+
+#ifndef KEEP
+#ifndef LIVE
+/* StopServing: never two pods serving one unit. */
+#if NU > 1
+#define OVERLAP ((SERVES(0, 0) && SERVES(1, 0)) || (SERVES(0, 1) && SERVES(1, 1)))
+#else
+#define OVERLAP (SERVES(0, 0) && SERVES(1, 0))
+#endif
+active proctype stop_serving() {
+end:
+    atomic { OVERLAP -> assert(false) }
+}
+#endif
+#endif
+
+#ifdef LIVE
+/* Liveness: once faults stop, every unit is served by its target again and again (`quiet`
+ * stays set, so each later state has a later one where the unit is served). The target is a
+ * pod once quiet; the claim may still evaluate SERVED before, where it may be NONE. */
+#define SERVED(x) (tgt[x] != NONE && SERVES(tgt[x], x))
+#if NU > 1
+ltl served { [] (quiet -> (<> SERVED(0) && <> SERVED(1))) }
+#else
+ltl served { [] (quiet -> <> SERVED(0)) }
+#endif
+#endif
+
+/* The operator: its passes and the status's epoch, reported after the table. */
+active proctype world() {
+    d_step {
+        clear_table(cm); clear_table(mem); clear_table(old); clear_table(nt);
+        do
+        :: i < NU -> tgt[i] = NONE; i++
+        :: else -> break
+        od;
+        i = 0;
+        printf("EV lease %d\n", LEASE);
+        present[0] = 1; uid[0] = 1; process_starts(0);
+        present[1] = 1; uid[1] = 1; process_starts(1)
+    };
+    atomic {
+        run worker(0); run worker(1); run releaser(0); run releaser(1);
+#ifndef LIVE
+        run writer(0); run writer(1);
+#endif
+#if defined(RESTARTS) || defined(PODS)
+        run pod_faults(0); run pod_faults(1);
+#endif
+        run nemesis(); run clock()
+    };
+end:
+    do
+    :: atomic {
+        choose_target(0);
+#if NU > 1
+        choose_target(1);
+#endif
+        d_step { operator_pass() } }
+    :: d_step { hasMem && stEpoch < mem.ep -> stEpoch = mem.ep; printf("EV report %d\n", stEpoch) }
     od
 }
