@@ -275,12 +275,16 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
         try:
 
-            def ready(name: str) -> dict[str, Any] | None:
+            def ready(name: str, revision: Callable[[str], bool]) -> dict[str, Any] | None:
+                """The Kustomization once Ready with `revision` applied (Ready can come a
+                moment before lastAppliedRevision is written)."""
                 obj = flux.get("kustomization", namespace, name)
-                return obj if condition(obj, "Ready").get("status") == "True" else None
+                applied = obj.get("status", {}).get("lastAppliedRevision", "")
+                ready = condition(obj, "Ready").get("status") == "True"
+                return obj if ready and revision(applied) else None
 
-            sets = wait_for(
-                lambda: ready("sets"),
+            wait_for(
+                lambda: ready("sets", lambda applied: applied.endswith(sha)),
                 timeout=420,
                 message=lambda: json.dumps(
                     {
@@ -289,10 +293,8 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
                     }
                 ),
             )
-            assert sets["status"]["lastAppliedRevision"].endswith(sha)
-            operator = ready("apportion-operator")
+            operator = ready("apportion-operator", lambda a: a.startswith(f"{VERSION}@sha256:"))
             assert operator is not None
-            assert operator["status"]["lastAppliedRevision"].startswith(f"{VERSION}@sha256:")
             ran_from_the_registry(published, operator_pods(cluster), OPERATOR_IMAGE)
             # dependsOn: the set was created only after the operator's Kustomization was Ready.
             found = cluster.kubectl("get", "-n", namespace, "pset", "demo", "-o", "json")
