@@ -75,14 +75,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 if ! command -v spin >/dev/null 2>&1; then
     apt_install "the hand-off model's checks" spin
-    if ! command -v redis-server >/dev/null 2>&1; then
-    apt_install "Argo CD on the dev-cluster" redis-server
-    if ! command -v redis-server >/dev/null 2>&1; then
-        left_out "redis-server is missing (apt-get install redis-server as root);\
- tests/e2e/test_argocd.py will fail"
-    fi
-fi
-if ! command -v spin >/dev/null 2>&1; then
+    if ! command -v spin >/dev/null 2>&1; then
         left_out "spin is missing (apt-get install spin as root);\
  tests/unit/test_handoff_spin.py will skip (fail under CI)"
     fi
