@@ -105,11 +105,13 @@ def remove_operator(cluster: DevCluster) -> None:
     )
 
 
-def operator_pods(cluster: DevCluster) -> list[dict[str, Any]]:
-    listing = cluster.kubectl(
-        "get", "pods", "-n", SYSTEM, "-l", "app.kubernetes.io/name=apportion-operator", "-o", "json"
-    )
+def pods(cluster: DevCluster, namespace: str, selector: str) -> list[dict[str, Any]]:
+    listing = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
     return list(json.loads(listing.stdout)["items"])
+
+
+def operator_pods(cluster: DevCluster) -> list[dict[str, Any]]:
+    return pods(cluster, SYSTEM, "app.kubernetes.io/name=apportion-operator")
 
 
 def ran_from_the_registry(published: Published, pods: list[dict[str, Any]], image: str) -> None:
@@ -139,10 +141,7 @@ def places_the_sample(published: Published, prefix: str) -> None:
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
         wait_for(ready, timeout=300, message=f"the sample in {namespace} never turned Ready")
-        listing = cluster.kubectl(
-            "get", "pods", "-n", namespace, "-l", "app=demo-workers", "-o", "json"
-        )
-        ran_from_the_registry(published, json.loads(listing.stdout)["items"], DEMO_IMAGE)
+        ran_from_the_registry(published, pods(cluster, namespace, "app=demo-workers"), DEMO_IMAGE)
     finally:
         cluster.kubectl(
             "delete", "namespace", namespace, "--wait=true", "--timeout=120s", check=False
@@ -274,17 +273,8 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
         objects = flux_objects(published, namespace, git.url("sets"))
         cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
         try:
-
-            def ready(name: str, revision: Callable[[str], bool]) -> dict[str, Any] | None:
-                """The Kustomization once Ready with `revision` applied (Ready can come a
-                moment before lastAppliedRevision is written)."""
-                obj = flux.get("kustomization", namespace, name)
-                applied = obj.get("status", {}).get("lastAppliedRevision", "")
-                ready = condition(obj, "Ready").get("status") == "True"
-                return obj if ready and revision(applied) else None
-
             wait_for(
-                lambda: ready("sets", lambda applied: applied.endswith(sha)),
+                lambda: applied(flux, namespace, "sets", lambda r: r.endswith(sha)),
                 timeout=420,
                 message=lambda: json.dumps(
                     {
@@ -293,7 +283,9 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
                     }
                 ),
             )
-            operator = ready("apportion-operator", lambda a: a.startswith(f"{VERSION}@sha256:"))
+            operator = applied(
+                flux, namespace, "apportion-operator", lambda r: r.startswith(f"{VERSION}@sha256:")
+            )
             assert operator is not None
             ran_from_the_registry(published, operator_pods(cluster), OPERATOR_IMAGE)
             # dependsOn: the set was created only after the operator's Kustomization was Ready.
@@ -309,6 +301,16 @@ def test_flux_installs_the_operator_from_the_oci_artifact_then_a_set_from_git(
             )
             remove_flux_operator(cluster, namespace)
             cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def applied(
+    flux: Flux, namespace: str, name: str, revision: Callable[[str], bool]
+) -> dict[str, Any] | None:
+    """The Kustomization once Ready with a `revision` applied (Ready can come a moment before
+    lastAppliedRevision is written)."""
+    found = flux.get("kustomization", namespace, name)
+    done = found.get("status", {}).get("lastAppliedRevision", "")
+    return found if condition(found, "Ready").get("status") == "True" and revision(done) else None
 
 
 def remove_flux_operator(cluster: DevCluster, namespace: str) -> None:
@@ -429,9 +431,7 @@ def _epoch(rfc3339: str) -> float:
 
 
 def worker_pods(cluster: DevCluster, namespace: str, sample: SampleSet) -> list[dict[str, Any]]:
-    selector = f"app={sample.workers}"
-    listing = cluster.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json")
-    return list(json.loads(listing.stdout)["items"])
+    return pods(cluster, namespace, f"app={sample.workers}")
 
 
 def worker_logs(cluster: DevCluster, namespace: str, sample: SampleSet) -> dict[str, str]:
@@ -525,15 +525,13 @@ class FluxInstall:
         install_crds(self.flux.cluster)
 
     def _applied(self, version: str) -> None:
-        def ready() -> bool:
-            found = self.flux.get("kustomization", self.namespace, "apportion-operator")
-            status = found.get("status", {})
-            return condition(found, "Ready").get("status") == "True" and status.get(
-                "lastAppliedRevision", ""
-            ).startswith(f"{version}@")
-
         wait_for(
-            ready,
+            lambda: applied(
+                self.flux,
+                self.namespace,
+                "apportion-operator",
+                lambda r: r.startswith(f"{version}@"),
+            ),
             timeout=420,
             message=lambda: json.dumps(
                 self.flux.get("kustomization", self.namespace, "apportion-operator").get("status")
