@@ -15,7 +15,12 @@ It follows client-go's reflector:
   packets are dropped never ends by itself) likewise, after an exponential pause: nothing is
   listed again, nothing missed, nothing replayed;
 - 410 Gone — the answer to a LIST page or a WATCH, or an ERROR event inside the stream — means
-  the version was compacted away: the next round lists again.
+  the version was compacted away: the next round lists again;
+- before resuming, a LIST of one object "not older than" the version to resume from: an API
+  server whose etcd was restored from a backup holds less than that version, and a watch from
+  it would stay silent until as many writes had been made again, then skip them. The server
+  answers 504 ResourceVersionTooLarge instead, and the next round lists again (client-go's
+  reflector lists again on that answer too; etcd's `--bump-revision` restores never need it).
 
 lightkube builds the requests and holds the connection, credentials and errors; its own `watch`
 neither asks for bookmarks nor says which version it resumes from, so the requests are sent
@@ -49,6 +54,7 @@ itself."""
 RETRY_MIN = 0.2
 RETRY_MAX = 5.0
 PAGE = 500
+TOO_LARGE = "ResourceVersionTooLarge"
 """Objects per page of a LIST: what is parsed at once."""
 
 T = TypeVar("T")
@@ -91,9 +97,23 @@ def gone(error: BaseException) -> bool:
     return isinstance(error, ApiError) and error.status.code == 410
 
 
+def from_the_future(error: BaseException) -> bool:
+    """Whether `error` says the version asked for is newer than anything the server holds
+    (504, cause ResourceVersionTooLarge): its store went back, restored from a backup."""
+    if not isinstance(error, ApiError) or error.status.code != 504:
+        return False
+    causes = (error.status.details.causes if error.status.details else None) or ()
+    return any(cause.reason == TOO_LARGE for cause in causes)
+
+
 def restart_reason(error: BaseException) -> str:
-    """Why a watch was restarted, for logs and metrics: expired (410), silent, or error."""
-    return "expired" if gone(error) else "silent" if isinstance(error, WatchSilent) else "error"
+    """Why a watch was restarted, for logs and metrics: expired (410), rewound (the server's
+    store went back), silent, or error. The first two list again."""
+    if gone(error):
+        return "expired"
+    if from_the_future(error):
+        return "rewound"
+    return "silent" if isinstance(error, WatchSilent) else "error"
 
 
 @dataclass(frozen=True)
@@ -127,7 +147,8 @@ class Timing:
 class ListWatch(Generic[T]):
     """Follows the objects of `resource` in `namespace` (ALL_NS: every one) that match
     `labels` and `fields`, decoded by `decode` from their JSON, until cancelled:
-    `on_list(items)` with each full list (the first, and each after a 410), which must iterate
+    `on_list(items)` with each full list (the first, and each after a 410 or a restore),
+    which must iterate
     `items` to its end; then `on_event(type, obj)` for each ADDED, MODIFIED or DELETED.
 
     `synced` is set once the first list has been handled; `relists` counts the lists after the
@@ -168,18 +189,22 @@ class ListWatch(Generic[T]):
 
     async def run(self) -> None:
         delay = RETRY_MIN
+        resuming = False
         while True:
             try:
                 if self.version is None:
                     await self._list()
                     delay = RETRY_MIN
+                elif resuming:
+                    await self._still_served()
+                resuming = True
                 if await self._watch():
                     delay = RETRY_MIN
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 reason = restart_reason(error)
-                if reason == "expired":
+                if reason in ("expired", "rewound"):
                     self.version = None
                 resume = "listing again" if self.version is None else f"from {self.version}"
                 (logger.info if reason != "error" else logger.warning)(
@@ -199,6 +224,18 @@ class ListWatch(Generic[T]):
             self.relists += 1
         self.synced.set()
         self.version = versions[0]
+
+    async def _still_served(self) -> None:
+        """Raises the server's 504 ResourceVersionTooLarge when it holds nothing as new as the
+        version to resume from (its answer comes after a few seconds' wait for a cache that
+        lags behind); costs one object's LIST per resumed watch."""
+        params = {
+            **self.selectors,
+            "limit": 1,
+            "resourceVersion": self.version,
+            "resourceVersionMatch": "NotOlderThan",
+        }
+        await self._page(params)
 
     async def items(self, versions: list[str] | None = None) -> AsyncIterator[T]:
         """One LIST, page by page; appends the version it was taken at to `versions`."""

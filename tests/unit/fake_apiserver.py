@@ -10,7 +10,10 @@ than the last `compact()`, bookmarks to open watches that asked for them (`bookm
 are not filtered on, so a list is a superset, as a key required twice makes it) and the
 `metadata.name`/`metadata.namespace` field selectors. Faults: `drop()` cuts open watches
 without a word, `mute()` leaves them open and silent; `gone_in_stream` answers a compacted
-version with an ERROR event inside a 200 stream instead of an HTTP 410.
+version with an ERROR event inside a 200 stream instead of an HTTP 410; `restore(backup())`
+puts back what `backup()` saved, versions too, as an etcd restore does: as the API server
+does then, a LIST `NotOlderThan` a version it does not hold yet is answered 504
+ResourceVersionTooLarge, and a watch from such a version stays open and silent.
 """
 
 from __future__ import annotations
@@ -147,8 +150,22 @@ class FakeApiServer:
         for stream in self._streams:
             stream.queue.put_nowait(None)
 
+    def backup(self) -> tuple[dict[Key, dict[str, Any]], int]:
+        return copy.deepcopy(self.objects), self.version
+
+    def restore(self, backup: tuple[dict[Key, dict[str, Any]], int]) -> None:
+        """The store as `backup` saved it; open watches are cut (the API server restarts)."""
+        objects, self.version = copy.deepcopy(backup)
+        self.objects = objects
+        self.history = [h for h in self.history if h[0] <= self.version]
+        self.drop()
+
     def requested(self, verb: str) -> list[Request]:
         return [r for r in self.requests if r.verb == verb]
+
+    def full_lists(self) -> list[Request]:
+        """The LISTs of everything, not the one-object checks a resumed watch makes first."""
+        return [r for r in self.requested("list") if "resourceVersionMatch" not in r.params]
 
     # ------------------------------------------------------------------------------ serving
 
@@ -173,6 +190,13 @@ class FakeApiServer:
         body = {"kind": "Status", "status": "Failure", "code": code, "reason": reason}
         return web.json_response({**body, "message": message}, status=code)
 
+    def _too_large(self, wanted: int) -> web.Response:
+        message = f"Timeout: Too large resource version: {wanted}, current: {self.version}"
+        cause = {"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}
+        body = {"kind": "Status", "status": "Failure", "code": 504, "reason": "Timeout"}
+        details = {"causes": [cause], "retryAfterSeconds": 1}
+        return web.json_response({**body, "message": message, "details": details}, status=504)
+
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         parts = request.match_info["rest"].split("/")
         namespace = None
@@ -195,6 +219,9 @@ class FakeApiServer:
             params.get("allowWatchBookmarks") == "true",
         )
         if verb == "list":
+            wanted = params.get("resourceVersion")
+            if params.get("resourceVersionMatch") == "NotOlderThan" and int(wanted) > self.version:
+                return self._too_large(int(wanted))
             answer = self._list(stream, params)
             if self.before_list_returns is not None:
                 await self.before_list_returns()

@@ -65,7 +65,7 @@ def read_by(cache: SelectedCache[WorkerPod], key: str) -> set[str]:
 
 def label_lists(server: FakeApiServer) -> list[dict[str, str]]:
     """The selectors of the LISTs after the cache's first (every pod of every namespace)."""
-    lists = server.requested("list")
+    lists = server.full_lists()
     assert lists[0].namespace is None
     assert "labelSelector" not in lists[0].params
     return [

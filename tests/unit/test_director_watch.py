@@ -56,7 +56,7 @@ async def test_list_then_watch_then_relist_after_gone() -> None:
             server.compact()
             await director.wait_for_table("carts", min_version=4, timeout=5)
             assert set(director.tables()) == {"carts"}
-            lists = server.requested("list")
+            lists = server.full_lists()
             assert len(lists) == 2
             assert {r.params["labelSelector"] for r in lists} == {
                 "apportion.dev/placement-table=true"

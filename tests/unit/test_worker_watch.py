@@ -85,7 +85,7 @@ async def test_gone_lists_again_and_watches_from_the_new_list() -> None:
         seen, watch = await follow(server, client, until=3, during=gap)
         assert seen == [1, 3]  # the relist's table: epoch 2 was overwritten unseen
         assert watch.relists == 1
-        lists = server.requested("list")
+        lists = server.full_lists()
         assert [r.params["fieldSelector"] for r in lists] == [f"metadata.name={NAME}"] * 2
         assert server.requested("watch")[-1].params["resourceVersion"] == str(server.version)
 

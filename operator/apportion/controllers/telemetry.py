@@ -156,7 +156,8 @@ API_ERRORS = Counter(
 WATCH_RESTARTS = Counter(
     "apportion_operator_watch_restarts_total",
     "Watches of the operator's caches that ended in an error and were opened again, by "
-    "resource and reason (expired: 410 Gone, listed again; silent: nothing for "
+    "resource and reason (expired: 410 Gone, listed again; rewound: the API server holds "
+    "less than the watch saw, restored from a backup, listed again; silent: nothing for "
     "SILENCE_TIMEOUT; error: anything else; both resumed from the last version seen).",
     ("resource", "reason"),
 )
