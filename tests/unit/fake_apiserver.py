@@ -219,9 +219,9 @@ class FakeApiServer:
             params.get("allowWatchBookmarks") == "true",
         )
         if verb == "list":
-            wanted = params.get("resourceVersion")
-            if params.get("resourceVersionMatch") == "NotOlderThan" and int(wanted) > self.version:
-                return self._too_large(int(wanted))
+            wanted = int(params.get("resourceVersion") or 0)
+            if params.get("resourceVersionMatch") == "NotOlderThan" and wanted > self.version:
+                return self._too_large(wanted)
             answer = self._list(stream, params)
             if self.before_list_returns is not None:
                 await self.before_list_returns()
