@@ -354,7 +354,12 @@ def test_ack_round_trip_and_errors() -> None:
     text = failing.to_annotation()
     assert list(json.loads(text)["failing"]) == ["9", "10"]
     assert Ack.from_annotation(text) == failing
+    assert "set" not in text  # named only after the API server went back
+    rewound = Ack("u-1", 12, set_uid="set-uid")
+    assert json.loads(rewound.to_annotation())["set"] == "set-uid"
+    assert Ack.from_annotation(rewound.to_annotation()) == rewound
     for bad, message in [
+        ('{"uid": "u", "epoch": 1, "set": 7}', "set"),
         ("nope", "not JSON"),
         ("[]", "JSON object"),
         ('{"epoch": 1}', "uid"),

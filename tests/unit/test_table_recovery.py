@@ -140,3 +140,73 @@ def test_a_reported_handoff_timeout_survives_a_restart() -> None:
     other = {**degraded, "reason": "NoMembers"}
     assert SetState.from_status({"conditions": [other]}).timeout_problem(0.0) is None
     assert SetState.from_status({}).timeout_problem(0.0) is None
+
+
+# An etcd restore rolls the table, the status and the acks back at once: the restored table
+# is consistent with the restored status (OLD at epoch 5, reserved 5), and only the workers,
+# which saw epoch 8, know better (docs/handoff.md, "When the cluster is restored from a backup").
+
+
+def test_a_restore_the_workers_saw_past_is_fenced_above_what_they_saw() -> None:
+    """Broken variant, without `acked`: recover(OLD, reserved=5, published=5) is None, and the
+    operator's next table (epoch 6) would reuse an epoch the workers have seen and ignore."""
+    assert recover(OLD, None, published=5, reserved=5, remembered=None, template=TEMPLATE) is None
+    repair = recover(
+        OLD, None, published=5, reserved=5, remembered=None, template=TEMPLATE, acked=8
+    )
+    assert repair is not None
+    assert repair.damage is TableDamage.ROLLED_BACK
+    assert repair.fenced, "the restored owners are stale: a unit may have moved since"
+    assert repair.table.epoch == 9, "above every epoch a worker saw"
+    assert {s.epoch for s in repair.table.units.values()} == {9}
+
+
+def test_a_restore_under_a_running_operator_republishes_what_it_remembers() -> None:
+    """The operator kept the newest table in memory: the workers serve exactly its owners."""
+    for acked in (0, 7, 8):
+        repair = recover(
+            OLD, None, published=5, reserved=5, remembered=LAST, template=TEMPLATE, acked=acked
+        )
+        assert repair is not None
+        assert not repair.fenced
+        assert repair.table.epoch == 9
+        assert repair.table.owners() == LAST.owners()
+
+
+def test_an_ack_above_the_remembered_table_makes_the_copy_stale() -> None:
+    """The operator remembers a table it wrote after the restore (epoch 6, reusing an epoch the
+    workers ignore as old): its owners are not what they serve."""
+    after = table(6, {"0": "w-0", "1": "w-0", "2": "w-0", "3": "w-0"})
+    repair = recover(
+        after, None, published=6, reserved=6, remembered=after, template=TEMPLATE, acked=8
+    )
+    assert repair is not None
+    assert repair.fenced
+    assert repair.table.epoch == 9
+
+
+def test_acks_at_or_below_what_the_cluster_holds_are_no_news() -> None:
+    assert (
+        recover(LAST, None, published=8, reserved=8, remembered=None, template=TEMPLATE, acked=8)
+        is None
+    )
+
+
+def test_only_acks_naming_this_set_and_written_by_the_pod_count_as_seen_epochs() -> None:
+    """A pod keeps the ack of a deleted set of the same name until it acks again: its epochs
+    are not this set's, so only an ack naming this set incarnation tells of a restore."""
+    from apportion.api.assignment import Ack
+    from apportion.api.pods import WorkerPod
+    from apportion.engine.set_pass import acked_epoch
+
+    key = SET.ack_annotation
+
+    def pod(name: str, uid: str, ack: Ack) -> WorkerPod:
+        return WorkerPod(name, uid, acks={key: ack.to_annotation()})
+
+    plain = pod("w-0", "uid-a", Ack("uid-a", 50))
+    earlier_set = pod("w-1", "uid-b", Ack("uid-b", 40, set_uid="uid-0"))
+    earlier_pod = pod("w-2", "uid-c", Ack("uid-old", 30, set_uid=SET.uid))
+    assert acked_epoch([plain, earlier_set, earlier_pod], SET) == 0
+    seen = pod("w-3", "uid-d", Ack("uid-d", 9, set_uid=SET.uid))
+    assert acked_epoch([plain, earlier_set, earlier_pod, seen], SET) == 9

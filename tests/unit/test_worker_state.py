@@ -518,3 +518,40 @@ def test_a_merged_unit_already_releasing_is_carried_then_released_before_any_ack
     assert s.ack_due() is None  # still finishing: nothing to say yet
     s.released(release.release)
     assert s.ack_due() == Ack(uid=ME.uid, epoch=6, pending=frozenset(), draining=False)
+
+
+def test_an_older_table_means_the_api_server_went_back_and_the_ack_is_written_again() -> None:
+    """An etcd restore rolled the table and the Pod's ack back: the worker acts on nothing
+    older, but writes its ack again, at the epoch it saw and naming the set, so the operator
+    learns that epoch and finds its releases acknowledged (docs/handoff.md)."""
+    s = state()
+    start(s, table(3, {"0": owned("w-0", 1), "1": owned("w-1", 1)}))
+    start(s, table(5, {"0": releasing("w-0", 1, "w-1", 5), "1": owned("w-1", 1)}))
+    written = s.ack_due()
+    assert written == Ack(uid="uid-0", epoch=5)
+    s.ack_written(written)
+    assert s.ack_due() is None
+    assert not s.receive(table(3, {"0": owned("w-0", 1), "1": owned("w-1", 1)}))
+    again = s.ack_due()
+    assert again == Ack(uid="uid-0", epoch=5, set_uid=REF.uid)
+    assert s.next_transition() is None, "nothing older is acted on"
+    s.ack_written(again)
+    assert s.ack_due() is None
+
+
+def test_a_replay_or_another_sets_table_is_no_restore() -> None:
+    s = state()
+    start(s, table(5, {"0": owned("w-0", 1)}))
+    assert not s.receive(table(5, {"0": owned("w-0", 1)}))
+    assert s.ack_due() is None
+    recreated = ResourceRef(REF.kind, REF.namespace, REF.name, "set-uid-2")
+    assert s.receive(table(1, {"0": owned("w-0", 1)}, ref=recreated))
+    assert not s.rewound
+
+
+def test_a_rewound_watch_rewrites_the_ack_even_with_nothing_released() -> None:
+    s = state()
+    start(s, table(4, {"0": owned("w-0", 2)}))
+    assert s.ack_due() is None
+    s.went_back()
+    assert s.ack_due() == Ack(uid="uid-0", epoch=4, set_uid=REF.uid)

@@ -475,6 +475,7 @@ def recover(
     reserved: int,
     remembered: AssignmentTable | None,
     template: AssignmentTable,
+    acked: int = 0,
 ) -> Recovery | None:
     """None when `found` (the table read back) may be continued from; else what to write.
 
@@ -483,7 +484,11 @@ def recover(
     back — or its write failed, which the remembered table tells apart. `published`: the epoch
     the status last reported as published. `remembered`: the last table this operator wrote or
     read intact, if it still has it. `template`: an unowned table of the set's current shape
-    (the fence is made from it).
+    (the fence is made from it). `acked`: the highest epoch a live worker acknowledged. No
+    table above the reservation was ever the operator's, so a worker that processed one saw
+    the API server before it went back (etcd restored from a backup, which rolls the table,
+    the status and the acks back at once): what the workers serve is newer than any copy
+    here, and epochs up to `acked` have been seen.
 
     A table gone, unreadable, rolled back or tampered with is replaced at an epoch above every
     epoch that may have been used: by the remembered table's owners — what the workers serve —
@@ -493,9 +498,16 @@ def recover(
     """
     if remembered is not None and remembered.set_ref.uid != template.set_ref.uid:
         remembered = None
-    epochs = [reserved, published, *(t.epoch for t in (found, remembered) if t is not None)]
-    high = max(epochs)
-    if unreadable is not None:
+    known = max([reserved, published, *(t.epoch for t in (found, remembered) if t is not None)])
+    high = max(known, acked)
+    if acked > known:
+        damage = TableDamage.ROLLED_BACK
+        why = (
+            f"a worker acknowledged epoch {acked}, above every epoch the cluster holds ({known}):"
+            " the API server's objects went back, restored from a backup"
+        )
+        remembered = None  # older than what the workers serve
+    elif unreadable is not None:
         damage, why = TableDamage.UNREADABLE, unreadable
     elif found is None:
         if high == 0:

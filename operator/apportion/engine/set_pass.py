@@ -158,6 +158,19 @@ def parse_acks(pods: Iterable[WorkerPod], key: str) -> tuple[dict[str, Ack], lis
     return acks, problems
 
 
+def acked_epoch(pods: Sequence[WorkerPod], ref: ResourceRef) -> int:
+    """The highest epoch of set incarnation `ref` that the pods' acks say a worker saw before
+    the API server went back in time (acks naming the set, `Ack.set_uid`); each counts only for
+    the pod incarnation that wrote it (0: none). Other acks cannot tell: one may be left by a
+    deleted set of the same name, whose epochs this set's do not continue."""
+    acks, _ = parse_acks(pods, ref.ack_annotation)
+    uids = {pod.name: pod.uid for pod in pods}
+    return max(
+        (a.epoch for name, a in acks.items() if a.uid == uids[name] and a.set_uid == ref.uid),
+        default=0,
+    )
+
+
 def _capacity(pod: WorkerPod, label: str | None) -> tuple[float, Problem | None]:
     if label is None or label not in pod.labels:
         return 1.0, None
@@ -698,6 +711,7 @@ __all__ = [
     "PassResult",
     "Problem",
     "Rollout",
+    "acked_epoch",
     "imbalance",
     "initial_table",
     "natural_key",

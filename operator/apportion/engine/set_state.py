@@ -93,10 +93,12 @@ class SetState:
         template: AssignmentTable,
         now: float,
         handoff_timeout: float,
+        acked: int = 0,
     ) -> tuple[AssignmentTable, Recovery | None]:
         """The table to continue from, read back as `found` (or `unreadable`), and the repair
-        to write first when it is gone, unreadable, rolled back or tampered with
-        (`engine.handoff.recover`; a fenced repair raises the fence for `handoff_timeout`)."""
+        to write first when it is gone, unreadable, rolled back or tampered with, or when a
+        worker acknowledged an epoch above all of it (`acked`: the API server went back;
+        `engine.handoff.recover`; a fenced repair raises the fence for `handoff_timeout`)."""
         self.reserved = max(self.reserved, int(status.get("reservedEpoch") or 0))
         reserved = self.reserved
         if not reserved:
@@ -110,6 +112,7 @@ class SetState:
             reserved=reserved,
             remembered=self.remembered,
             template=template,
+            acked=acked,
         )
         if repair is None:
             table = found or template
@@ -144,6 +147,12 @@ class SetState:
     def holds_reported(self) -> None:
         """A status with the current holds was written (the reservation, or the report)."""
         self.holds_written = dict(self.restart_holds)
+
+    def went_back(self, acked: int, published: AssignmentTable) -> bool:
+        """Whether a worker acknowledged an epoch (`acked`) above every epoch this operator
+        published or reserved: the API server went back in time, and the table is to be read
+        back and judged again (`resume`)."""
+        return acked > max(published.epoch, self.reserved)
 
     def written(self, table: AssignmentTable, now: float) -> None:
         """`table` was written, after its `reservation`."""

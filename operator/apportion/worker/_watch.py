@@ -34,7 +34,8 @@ _THREAD_DECODE_BYTES = 64 * 1024
 
 
 class AssignmentWatch:
-    """Calls `on_table` with every table the root ConfigMap `name` holds, in order.
+    """Calls `on_table` with every table the root ConfigMap `name` holds, in order, and
+    `on_rewound` when the API server went back in time (its etcd restored from a backup).
 
     `synced` is set once the first list has been handled (whether a table exists or not);
     `confirm()` reads the root again to tell whether the table last handled is still current.
@@ -47,12 +48,14 @@ class AssignmentWatch:
         name: str,
         on_table: Callable[[AssignmentTable], None],
         *,
+        on_rewound: Callable[[], None] | None = None,
         watch_timeout: int = listwatch.WATCH_TIMEOUT,
     ) -> None:
         self.client = client
         self.namespace = namespace
         self.name = name
         self.on_table = on_table
+        self.on_rewound = on_rewound
         self._loop = listwatch.ListWatch(
             client,
             ConfigMap,
@@ -62,6 +65,7 @@ class AssignmentWatch:
             on_event=self._on_event,
             selection=listwatch.Selection(fields={"metadata.name": name}),
             timing=listwatch.Timing(watch_timeout=watch_timeout),
+            on_restart=self._on_restart,
         )
         self.synced = self._loop.synced
         self.version: str | None = None
@@ -74,6 +78,10 @@ class AssignmentWatch:
 
     async def run(self) -> None:
         await self._loop.run()
+
+    def _on_restart(self, reason: str) -> None:
+        if reason == "rewound" and self.on_rewound is not None:
+            self.on_rewound()
 
     async def _on_list(self, roots: AsyncIterator[dict[str, Any]]) -> None:
         async for root in roots:

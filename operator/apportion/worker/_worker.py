@@ -250,7 +250,9 @@ class Worker:
         if self.options.port is not None:
             await self._serve_http()
         name = assignment_config_map(self.kind, self.set_name)
-        watch = self._watch = AssignmentWatch(self._client, self.namespace, name, self._on_table)
+        watch = self._watch = AssignmentWatch(
+            self._client, self.namespace, name, self._on_table, on_rewound=self._on_rewound
+        )
         self._spawn(watch.run(), "assignment-watch")
         self._spawn(self._lease_loop(), "serving-lease")
         self._spawn(self._plan_loop(), "plan")
@@ -483,6 +485,14 @@ class Worker:
             self._wake.set()
             self._ack_wake.set()
             self._spawn(self._notify(), "notify")
+        elif self.state.rewound:
+            logger.warning("the table went back to epoch %d: writing the ack again", table.epoch)
+            self._ack_wake.set()
+
+    def _on_rewound(self) -> None:
+        logger.warning("the API server went back in time (restored?): writing the ack again")
+        self.state.went_back()
+        self._ack_wake.set()
 
     async def _plan_loop(self) -> None:
         while True:

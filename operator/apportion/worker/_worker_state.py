@@ -14,7 +14,7 @@ succeeds or the view no longer grants the unit to this process (`retry_wanted`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from apportion.api.assignment import Ack, AssignmentTable, Incarnation, Suspensions
 from apportion.engine.handoff import (
@@ -123,6 +123,8 @@ class WorkerState:
         self.suspensions: Suspensions | None = None
         self.draining = False
         self.written: Ack | None = None
+        self.rewound = False
+        """The API server went back in time (etcd restored from a backup) since the last ack."""
 
     # --------------------------------------------------------------------------------- tables
 
@@ -136,6 +138,9 @@ class WorkerState:
                 f"not of {self.kind} {self.namespace}/{self.name}"
             )
         if not supersedes(table, self.view):
+            view = self.view
+            if view is not None and ref.uid == view.set_ref.uid and table.epoch < view.epoch:
+                self.went_back()  # the operator never lowers an epoch: a restore did
             return False
         if self.view is not None and ref.uid != self.view.set_ref.uid:
             # A recreated set: unit epochs start over, so a held token could match by chance.
@@ -262,6 +267,14 @@ class WorkerState:
 
     # ---------------------------------------------------------------------------------- acks
 
+    def went_back(self) -> None:
+        """The API server's objects went back to an earlier state (an etcd restore): the ack on
+        the Pod may be an older one, and the operator may not know the epochs this process has
+        seen. The next ack is written whatever the last one said (docs/handoff.md, "When the
+        cluster is restored from a backup")."""
+        self.written = None
+        self.rewound = True
+
     def start_draining(self) -> None:
         self.draining = True
 
@@ -295,12 +308,17 @@ class WorkerState:
         # (that would be a Pod write per retry).
         failing_changed = ack.failing.keys() != (written.failing.keys() if written else set())
         news = failing_changed or ack.suspended != (written.suspended if written else None)
-        if flag_stale or news or any(not self._covers(written, u) for u in released):
+        if self.rewound:
+            return replace(ack, set_uid=self.view.set_ref.uid)
+        if flag_stale or news:
+            return ack
+        if any(not self._covers(written, u) for u in released):
             return ack
         return None
 
     def ack_written(self, ack: Ack) -> None:
         self.written = ack
+        self.rewound = False
 
     def _written_by_me(self) -> Ack | None:
         """The ack on the Pod, if this pod incarnation wrote it (an ack speaks for its uid)."""

@@ -183,6 +183,9 @@ class Ack:
     release callback failed, with why; the worker retries them (optional, for the operator to
     report; an ack without it says nothing is failing). `suspended`: the serving lease ran out
     (optional; the operator reports each new one, since none could be written while it lasted).
+    `set_uid`: the set incarnation whose table `epoch` was, written only by a worker that saw
+    the API server go back in time (an etcd restore; optional): the operator then knows that
+    epochs up to `epoch` were seen, whatever its status says.
     """
 
     uid: str
@@ -191,6 +194,7 @@ class Ack:
     draining: bool = False
     failing: Mapping[str, str] = field(default_factory=dict)
     suspended: Suspensions | None = None
+    set_uid: str | None = None
 
     def to_annotation(self) -> str:
         doc: dict[str, Any] = {
@@ -201,6 +205,8 @@ class Ack:
         }
         if self.failing:  # absent when empty: the ack of a worker with nothing failing is unchanged
             doc["failing"] = {unit: self.failing[unit] for unit in unit_order(self.failing)}
+        if self.set_uid is not None:
+            doc["set"] = self.set_uid
         if self.suspended is not None:
             doc["suspended"] = {
                 "count": self.suspended.count,
@@ -238,6 +244,7 @@ class Ack:
                 )
             count = _count(suspended.get("count"), "ack annotation: suspended.count")
             suspended = Suspensions(count, float(last))
+        set_uid = doc.get("set")
         return cls(
             uid=_string(doc.get("uid"), "ack annotation: uid"),
             epoch=_count(doc.get("epoch"), "ack annotation: epoch"),
@@ -245,6 +252,7 @@ class Ack:
             draining=draining,
             failing=failing,
             suspended=suspended,
+            set_uid=None if set_uid is None else _string(set_uid, "ack annotation: set"),
         )
 
 

@@ -44,6 +44,7 @@ from apportion.engine.set_pass import (
     PassResult,
     Problem,
     Rollout,
+    acked_epoch,
     initial_table,
 )
 from apportion.engine.set_state import SetState, loads_grace, timestamp
@@ -130,9 +131,10 @@ class SetLoop:
             self.release_pods()
         self.runtime.tables.roots.pop((self.namespace, self.config_map), None)
 
-    async def load(self, spec: UnitSetSpec) -> None:
+    async def load(self, spec: UnitSetSpec, acked: int = 0) -> None:
         """Continue from the published table, or repair it first when it is gone, unreadable,
-        rolled back or tampered with (`SetState.resume`)."""
+        rolled back or tampered with, or older than an epoch a worker `acked`
+        (`SetState.resume`)."""
         loaded = await self.store.load()
         table, repair = self.state.resume(
             loaded.table,
@@ -141,6 +143,7 @@ class SetLoop:
             template=initial_table(self.set_ref, spec, self.generation),
             now=time.time(),  # the read came back: its releases are known from now on
             handoff_timeout=spec.rebalance.handoff_timeout.total_seconds(),
+            acked=acked,
         )
         self.fingerprint = None
         if repair is None:
@@ -202,6 +205,10 @@ class SetLoop:
 
         await self.watch(spec)
         visible = pods_of(self.runtime.pods.selected(self.namespace, self.key))
+        acked = acked_epoch(visible, self.set_ref)
+        if self.state.went_back(acked, self.published):
+            await self.load(spec, acked)
+            return now  # pass again from the repair
         members, rollout, problem = self.members(spec, visible)
         loads, source, metrics_problem = await self.loads(spec, members, now)
         gathered = Gathered(

@@ -17,7 +17,9 @@ import java.util.TreeSet;
  * releasing from me has been released, except {@code pending}." {@code failing}: pending units
  * whose release callback failed, with why; the worker retries them (optional on the wire).
  * {@code suspended}: the serving lease ran out (null until it has; the operator reports each new
- * one, since none could be written while it lasted).
+ * one, since none could be written while it lasted). {@code setUid}: the set incarnation whose
+ * table {@code epoch} was, written only by a worker that saw the API server go back in time (an
+ * etcd restore; null otherwise): the operator then knows epochs up to {@code epoch} were seen.
  */
 public record Ack(
     String uid,
@@ -25,7 +27,8 @@ public record Ack(
     Set<String> pending,
     boolean draining,
     Map<String, String> failing,
-    Suspensions suspended) {
+    Suspensions suspended,
+    String setUid) {
   private static final ObjectMapper JSON = new ObjectMapper();
 
   /** How often this pod incarnation stopped serving because its serving lease ran out, and how
@@ -39,13 +42,29 @@ public record Ack(
 
   /** An ack with nothing failing. */
   public Ack(String uid, long epoch, Set<String> pending, boolean draining) {
-    this(uid, epoch, pending, draining, Map.of(), null);
+    this(uid, epoch, pending, draining, Map.of(), null, null);
   }
 
   /** An ack that tells of no suspension. */
   public Ack(
       String uid, long epoch, Set<String> pending, boolean draining, Map<String, String> failing) {
-    this(uid, epoch, pending, draining, failing, null);
+    this(uid, epoch, pending, draining, failing, null, null);
+  }
+
+  /** An ack that names no set. */
+  public Ack(
+      String uid,
+      long epoch,
+      Set<String> pending,
+      boolean draining,
+      Map<String, String> failing,
+      Suspensions suspended) {
+    this(uid, epoch, pending, draining, failing, suspended, null);
+  }
+
+  /** This ack, naming the set incarnation {@code set} (after the API server went back). */
+  public Ack naming(String set) {
+    return new Ack(uid, epoch, pending, draining, failing, suspended, set);
   }
 
   /** The annotation value: compact JSON, pending in unit order. */
@@ -63,6 +82,9 @@ public record Ack(
       Map<String, String> sorted = new TreeMap<>(Units.ORDER);
       sorted.putAll(failing);
       sorted.forEach(why::put);
+    }
+    if (setUid != null) {
+      doc.put("set", setUid);
     }
     if (suspended != null) {
       ObjectNode lease = doc.putObject("suspended");
@@ -124,12 +146,14 @@ public record Ack(
       suspended = new Suspensions(
           Json.count(lease.get("count"), "ack annotation: suspended.count"), last.asDouble());
     }
+    JsonNode set = doc.get("set");
     return new Ack(
         Json.string(doc.get("uid"), "ack annotation: uid"),
         Json.count(doc.get("epoch"), "ack annotation: epoch"),
         pending,
         draining.asBoolean(false),
         failing,
-        suspended);
+        suspended,
+        set == null || set.isNull() ? null : Json.string(set, "ack annotation: set"));
   }
 }

@@ -316,6 +316,9 @@ public final class Worker implements AutoCloseable {
           // before it.
           lease.releasing(WorkerRule.releasingUnits(table, state.me()));
           lock.notifyAll();
+        } else if (state.rewound()) {
+          LOG.warning("the table went back to epoch " + table.epoch() + ": writing the ack again");
+          lock.notifyAll();
         }
       } catch (IllegalArgumentException e) {
         LOG.severe("ignoring assignment in ConfigMap " + rootName + ": " + e.getMessage());

@@ -58,6 +58,8 @@ public final class WorkerState {
   private Ack.Suspensions suspensions;
   private boolean draining;
   private Ack written;
+  /** The API server went back in time (etcd restored from a backup) since the last ack. */
+  private boolean rewound;
 
   public WorkerState(Incarnation me, String kind, String namespace, String name) {
     this.me = me;
@@ -79,6 +81,9 @@ public final class WorkerState {
               + ", not of " + kind + " " + namespace + "/" + name);
     }
     if (!WorkerRule.supersedes(table, view)) {
+      if (view != null && ref.uid().equals(view.set().uid()) && table.epoch() < view.epoch()) {
+        wentBack(); // the operator never lowers an epoch: a restore did
+      }
       return false;
     }
     if (view != null && !ref.uid().equals(view.set().uid())) {
@@ -286,6 +291,20 @@ public final class WorkerState {
     return draining;
   }
 
+  /**
+   * The API server's objects went back to an earlier state (an etcd restore): the ack on the Pod
+   * may be an older one, and the operator may not know the epochs this process has seen. The
+   * next ack is written whatever the last one said.
+   */
+  public void wentBack() {
+    written = null;
+    rewound = true;
+  }
+
+  public boolean rewound() {
+    return rewound;
+  }
+
   /** The ack to write now, or null when the last one written says it all already. */
   public Ack ackDue() {
     Ack mine = written != null && written.uid().equals(me.uid()) ? written : null;
@@ -307,6 +326,9 @@ public final class WorkerState {
     Set<String> failed = mine == null ? Set.of() : mine.failing().keySet();
     boolean news = !ack.failing().keySet().equals(failed)
         || !java.util.Objects.equals(ack.suspended(), mine == null ? null : mine.suspended());
+    if (rewound) {
+      return ack.naming(view.set().uid());
+    }
     if (flagStale || news) {
       return ack;
     }
@@ -327,6 +349,7 @@ public final class WorkerState {
   /** The ack now on the Pod (written by this process, or found there at start). */
   public void ackWritten(Ack ack) {
     written = ack;
+    rewound = false;
   }
 
   /** Draining is done: nothing held, nothing owned in the view, every release acknowledged. */
