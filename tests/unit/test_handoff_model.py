@@ -14,6 +14,15 @@ the published epoch may lag the table (the operator died between the two writes)
 operator's side is the code the operator runs: `engine.handoff.step` for each pass and
 `engine.set_state.SetState` for what it carries between passes (repair, reservation, fence).
 
+The whole cluster goes back in time too (docs/handoff.md, "When the cluster is restored from a
+backup"): etcd restored from an earlier backup puts back the table, the status and the pods'
+acks as they were, all at once, while the workers keep serving what they saw since and the
+operator keeps its memory (it runs through the restore, as Kubernetes' procedure leaves it). A
+worker notices (an older table, or its watch finds the server behind it) and writes its ack
+again naming the set. The operator may restart before it repaired the table only while a live
+worker knows the newest epoch, and only after the workers noticed: the window docs/handoff.md
+states (otherwise its first table could reuse an epoch nobody alive has seen).
+
 Pods restart in place too (rebalance.restartGrace, `engine.restarts`): a pod without a running
 process is NotReady, and a member that is NotReady or gone (a StatefulSet ordinal, p0 and p1;
 p2 is one scaled in, never waited for) has its units held for it until RESTART_GRACE has passed:
@@ -25,7 +34,7 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Any
 
@@ -75,6 +84,15 @@ class Pod:
     annotation: Ack | None = None
 
 
+@dataclass(frozen=True)
+class Backup:
+    """What an etcd backup holds of the model: the table, the status, each pod's ack."""
+
+    stored: AssignmentTable | str | None
+    status: dict[str, Any]
+    acks: dict[str, tuple[str, Ack | None]]  # pod name → (uid, annotation)
+
+
 @dataclass
 class Process:
     """A running worker container: what it serves and the fencing token it acquired under."""
@@ -84,6 +102,7 @@ class Process:
     serving: dict[str, int] = field(default_factory=dict)
     finishing: set[str] = field(default_factory=set)
     draining: bool = False
+    names_set: bool = False  # it saw the cluster go back: its acks name the set
 
 
 class HandoffModel(RuleBasedStateMachine):
@@ -112,16 +131,38 @@ class HandoffModel(RuleBasedStateMachine):
         self.forced: set[tuple[str, str, int]] = set()
         # (unit, unit epoch) → the one pod incarnation that ever acquired it under that epoch
         self.token_holders: dict[tuple[str, int], str] = {}
+        self.backups: list[Backup] = []
+        # Processes that have not noticed the last restore yet; an operator that restarted
+        # after it waits for them.
+        self.unaware: set[str] = set()
+        self.restore_unrepaired = False
+        self.restored_at = 0  # history index of the first table written after the last restore
 
     @property
     def latest(self) -> AssignmentTable:
         return self.history[-1]
+
+    def observable(self) -> list[AssignmentTable]:
+        """The tables a worker may still read: after a restore, what it put back and what was
+        written since; the tables written between the backup and the restore are gone."""
+        since = self.history[self.restored_at :]
+        stored = self.stored
+        if self.restore_unrepaired and isinstance(stored, AssignmentTable):
+            return [stored, *since]
+        return since if self.restored_at else self.history
+
+    def catch_up(self, name: str) -> None:
+        """The worker handles the newest table it can read, if that is news to it."""
+        newest = self.observable()[-1:] or [self.procs[name].view]
+        if supersedes(newest[0], self.procs[name].view):
+            self.handle(name, newest[0])
 
     # ------------------------------------------------------------------------------ operator
 
     def write(self, table: AssignmentTable, now: float, status_written: bool = True) -> None:
         """Reserve the epoch in the status, write the table, then report it in the status."""
         assert table.epoch > max(t.epoch for t in self.history), "an epoch used twice"
+        self.restore_unrepaired = False
         self.status.update(self.state.reservation(table) or {})
         self.stored = table
         self.state.written(table, now)
@@ -134,10 +175,24 @@ class HandoffModel(RuleBasedStateMachine):
         stored = self.stored
         found = stored if isinstance(stored, AssignmentTable) else None
         unreadable = GARBLED if stored == GARBLED else None
-        table, fixed = self.state.resume(found, unreadable, self.status, TEMPLATE, now, TIMEOUT)
+        acked = max(
+            (
+                p.annotation.epoch
+                for p in self.pods.values()
+                if p.annotation is not None
+                and p.annotation.uid == p.uid
+                and p.annotation.set_uid == SET.uid
+            ),
+            default=0,
+        )
+        table, fixed = self.state.resume(
+            found, unreadable, self.status, TEMPLATE, now, TIMEOUT, acked=acked
+        )
         if fixed is None:
             return False
         event(fixed.damage.value + (" (fenced)" if fixed.fenced else " (from memory)"))
+        if "a worker acknowledged" in fixed.message:
+            event("a restore told by a worker's ack")
         if fixed.fenced:
             self.fenced_below = table.epoch
         self.write(table, now)
@@ -217,9 +272,20 @@ class HandoffModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------------ table attacks
 
+    @precondition(lambda self: not self.restore_unrepaired or self.newest_epoch_known_alive())
     @rule()
     def operator_restarts(self) -> None:
         self.state = SetState.from_status(self.status)
+        if self.restore_unrepaired:
+            # The workers noticed first: at their watch's first reconnect after the restore,
+            # seconds, before a restarted operator's first pass (docs/handoff.md).
+            event("operator restarted after a restore, before repairing")
+            for name in sorted(self.unaware & self.procs.keys()):
+                self.write_ack(name, lands_now=True, rewound=True)
+            self.unaware.clear()
+
+    def newest_epoch_known_alive(self) -> bool:
+        return any(p.view.epoch == self.latest.epoch for p in self.procs.values())
 
     @rule(watch_fired=st.booleans())
     def table_deleted(self, watch_fired: bool) -> None:
@@ -234,6 +300,48 @@ class HandoffModel(RuleBasedStateMachine):
     @rule(data=st.data(), watch_fired=st.booleans())
     def table_rolled_back(self, data: st.DataObject, watch_fired: bool) -> None:
         self.stored = data.draw(st.sampled_from(self.history), label="rollback to")
+        self.react(watch_fired)
+
+    @rule()
+    def backup_taken(self) -> None:
+        acks = {n: (p.uid, p.annotation) for n, p in self.pods.items()}
+        self.backups.append(Backup(self.stored, dict(self.status), acks))
+
+    @precondition(lambda self: self.backups)
+    @rule(data=st.data())
+    def cluster_restored(self, data: st.DataObject) -> None:
+        """etcd restored from a backup: table, status and acks go back at once. A pod the
+        backup does not know (created since, or a later incarnation) has no object any more:
+        its kubelet stops it. A pod deleted since comes back without a process."""
+        backup = data.draw(st.sampled_from(self.backups), label="restore")
+        self.stored = backup.stored
+        self.status = dict(backup.status)
+        for name in list(self.pods):
+            uid, ack = backup.acks.get(name, (None, None))
+            if uid != self.pods[name].uid:
+                self.delete_pod(name)
+            else:
+                self.pods[name].annotation = ack
+        for name, (uid, ack) in backup.acks.items():
+            if name not in self.pods:
+                self.pods[name] = Pod(uid=uid, annotation=ack)
+        event("cluster restored")
+        self.restore_unrepaired = True
+        self.restored_at = len(self.history)
+        # A process started from now on reads the restored table, and may serve a unit a newer
+        # one moved until the repair reaches it: its token is below every token handed out
+        # since, so fenced storage refuses it once the newer owner wrote.
+        self.fenced_below = max(self.fenced_below, int(backup.status["reservedEpoch"]) + 1)
+        self.unaware = set(self.procs)
+
+    @precondition(lambda self: self.unaware & self.procs.keys())
+    @rule(data=st.data(), lands_now=st.booleans(), watch_fired=st.booleans())
+    def worker_notices_the_restore(
+        self, data: st.DataObject, lands_now: bool, watch_fired: bool
+    ) -> None:
+        name = data.draw(st.sampled_from(sorted(self.unaware & self.procs.keys())))
+        self.unaware.discard(name)
+        self.write_ack(name, lands_now, rewound=True)
         self.react(watch_fired)
 
     def react(self, watch_fired: bool) -> None:
@@ -261,9 +369,10 @@ class HandoffModel(RuleBasedStateMachine):
     def start_process(self, name: str) -> None:
         pod = self.pods[name]
         # A starting worker reads the table with a consistent read: never older than what a
-        # crashed predecessor in the same pod saw or acknowledged.
+        # crashed predecessor in the same pod saw or acknowledged, unless the cluster was
+        # restored from a backup since: then what the ConfigMap holds.
         self.procs[name] = Process(Incarnation(name, pod.uid), view=self.history[0])
-        self.handle(name, self.latest)
+        self.catch_up(name)
 
     @rule(name=names)
     def create_pod(self, name: str) -> None:
@@ -335,7 +444,7 @@ class HandoffModel(RuleBasedStateMachine):
     def worker_observes(self, data: st.DataObject) -> None:
         name = data.draw(st.sampled_from(sorted(self.procs)))
         seen = self.procs[name].view.epoch
-        later = [t for t in self.history if t.epoch > seen]
+        later = [t for t in self.observable() if t.epoch > seen]
         if later:
             self.handle(name, data.draw(st.sampled_from(later), label="table"))
 
@@ -348,9 +457,12 @@ class HandoffModel(RuleBasedStateMachine):
         proc.finishing.discard(unit)
         del proc.serving[unit]
 
-    def write_ack(self, name: str, lands_now: bool) -> None:
+    def write_ack(self, name: str, lands_now: bool, rewound: bool = False) -> None:
         proc = self.procs[name]
+        proc.names_set |= rewound
         ack = make_ack(proc.view, proc.me, pending=proc.finishing, draining=proc.draining)
+        if proc.names_set:
+            ack = replace(ack, set_uid=proc.view.set_ref.uid)
         if lands_now:
             self.pods[name].annotation = ack
         else:
@@ -367,8 +479,7 @@ class HandoffModel(RuleBasedStateMachine):
         """The common case, in one step: handle the latest table, maybe finish, maybe ack."""
         name = data.draw(st.sampled_from(sorted(self.procs)))
         proc = self.procs[name]
-        if proc.view is not self.latest:
-            self.handle(name, self.latest)
+        self.catch_up(name)
         if finish:
             for unit in proc.finishing:
                 del proc.serving[unit]
@@ -480,6 +591,9 @@ class HandoffModel(RuleBasedStateMachine):
             if name in self.pods:
                 self.pods[name].annotation = ack
         self.in_flight.clear()
+        for name in sorted(self.unaware & self.procs.keys()):
+            self.write_ack(name, lands_now=True, rewound=True)
+        self.unaware.clear()
         decision = None
         for _ in range(6):
             if self.state.fence_until is not None:
@@ -488,18 +602,18 @@ class HandoffModel(RuleBasedStateMachine):
                 # A pod deleted for good is waited for no longer than the grace.
                 self.now = max(self.now, hold.until(RESTART_GRACE))
             for name, proc in self.procs.items():
-                self.handle(name, self.latest)
+                self.catch_up(name)
                 for unit in list(proc.finishing):
                     del proc.serving[unit]
                 proc.finishing.clear()
-                self.pods[name].annotation = make_ack(proc.view, proc.me)
+                self.write_ack(name, lands_now=True)
             decision = self.operator_step(self.now)
             if decision is not None and decision.new_table is None:
                 break
         assert decision is not None, "no fixed point"
         assert decision.new_table is None, "no fixed point"
         for name in self.procs:
-            self.handle(name, self.latest)
+            self.catch_up(name)
         assert not self.latest.releasing()
         assert self.latest.owners() == self.target
         for proc in self.procs.values():

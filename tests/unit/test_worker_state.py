@@ -537,6 +537,12 @@ def test_an_older_table_means_the_api_server_went_back_and_the_ack_is_written_ag
     assert s.next_transition() is None, "nothing older is acted on"
     s.ack_written(again)
     assert s.ack_due() is None
+    # The next ack names the set too: an operator that has not read the last one yet must
+    # still learn the epoch from whatever ack it reads.
+    start(s, table(7, {"0": owned("w-1", 7), "2": owned("w-0", 7)}))
+    start(s, table(8, {"0": owned("w-1", 7), "2": releasing("w-0", 7, "w-1", 8)}))
+    later = s.ack_due()
+    assert later == Ack(uid="uid-0", epoch=8, set_uid=REF.uid)
 
 
 def test_a_replay_or_another_sets_table_is_no_restore() -> None:

@@ -125,6 +125,9 @@ class WorkerState:
         self.written: Ack | None = None
         self.rewound = False
         """The API server went back in time (etcd restored from a backup) since the last ack."""
+        self.names_set = False
+        """Every ack names the set since the API server went back: a later ack must not take
+        back what the first told an operator that has not read it yet."""
 
     # --------------------------------------------------------------------------------- tables
 
@@ -273,7 +276,7 @@ class WorkerState:
         seen. The next ack is written whatever the last one said (docs/handoff.md, "When the
         cluster is restored from a backup")."""
         self.written = None
-        self.rewound = True
+        self.rewound = self.names_set = True
 
     def start_draining(self) -> None:
         self.draining = True
@@ -303,14 +306,14 @@ class WorkerState:
             failing=self.failing,
             suspended=self.suspensions,
         )
+        if self.names_set:
+            ack = replace(ack, set_uid=self.view.set_ref.uid)
         released = releasing_units(self.view, self.me) - ack.pending
         # A change in which releases fail is news for the operator; a new message alone is not
         # (that would be a Pod write per retry).
         failing_changed = ack.failing.keys() != (written.failing.keys() if written else set())
         news = failing_changed or ack.suspended != (written.suspended if written else None)
-        if self.rewound:
-            return replace(ack, set_uid=self.view.set_ref.uid)
-        if flag_stale or news:
+        if self.rewound or flag_stale or news:
             return ack
         if any(not self._covers(written, u) for u in released):
             return ack

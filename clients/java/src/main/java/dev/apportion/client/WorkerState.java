@@ -60,6 +60,8 @@ public final class WorkerState {
   private Ack written;
   /** The API server went back in time (etcd restored from a backup) since the last ack. */
   private boolean rewound;
+  /** Every ack names the set since: a later ack must not take back what the first told. */
+  private boolean namesSet;
 
   public WorkerState(Incarnation me, String kind, String namespace, String name) {
     this.me = me;
@@ -299,6 +301,7 @@ public final class WorkerState {
   public void wentBack() {
     written = null;
     rewound = true;
+    namesSet = true;
   }
 
   public boolean rewound() {
@@ -318,7 +321,8 @@ public final class WorkerState {
       // unit released whose state is still in its parents here, not handed over.
       return null;
     }
-    Ack ack = WorkerRule.makeAck(view, me, held.keySet(), draining, failing, suspensions);
+    Ack made = WorkerRule.makeAck(view, me, held.keySet(), draining, failing, suspensions);
+    Ack ack = namesSet ? made.naming(view.set().uid()) : made;
     Set<String> released = WorkerRule.releasingUnits(view, me);
     released.removeAll(ack.pending());
     // A change in which releases fail is news for the operator; a new message alone is not
@@ -326,10 +330,7 @@ public final class WorkerState {
     Set<String> failed = mine == null ? Set.of() : mine.failing().keySet();
     boolean news = !ack.failing().keySet().equals(failed)
         || !java.util.Objects.equals(ack.suspended(), mine == null ? null : mine.suspended());
-    if (rewound) {
-      return ack.naming(view.set().uid());
-    }
-    if (flagStale || news) {
+    if (rewound || flagStale || news) {
       return ack;
     }
     for (String unit : released) {
