@@ -106,3 +106,27 @@ async def test_every_seen_pod_ends_up_carrying_the_sum_its_sets_assign(
     # Remembered: only pods some set holds.
     held = {p for units in reported.values() for p, n in units.items() if n}
     assert {uid for _, uid in costs._pods} <= held
+
+
+async def test_a_cost_the_api_server_was_away_for_is_set_once_it_is_back() -> None:
+    """A patch that finds no API server (restarting, restored from a backup) is tried again at
+    the next flush, not lost with the flushing task."""
+    import httpx2
+
+    class Away(Cluster):
+        def __init__(self, refusals: int) -> None:
+            super().__init__()
+            self.refusals = refusals
+
+        async def patch(self, kind: Any, name: str, body: Mapping[str, Any], **kw: Any) -> None:
+            if self.refusals:
+                self.refusals -= 1
+                raise httpx2.ConnectError("All connection attempts failed")
+            await super().patch(kind, name, body, **kw)
+
+    cluster = Away(refusals=2)
+    costs = DeletionCosts(cluster)  # type: ignore[arg-type]
+    costs.update(NS, SETS[0], {"w-0": 3}, {"w-0": ("w-0", None)})
+    await flushed(costs)
+    assert cluster.annotations["w-0"] == "3"
+    assert cluster.refusals == 0

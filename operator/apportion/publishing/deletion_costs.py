@@ -14,6 +14,7 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
+import httpx2
 from lightkube import ApiError, AsyncClient
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import PatchType
@@ -148,5 +149,10 @@ class DeletionCosts:
         except ApiError as error:
             if error.status.code not in (404, 409):  # a pod that is gone needs no cost
                 logger.warning("Could not set %s on pod %s: %s", DELETION_COST, name, error)
+            return
+        except httpx2.TransportError as error:
+            # The API server is away (restarting, restored): the next flush tries again.
+            logger.warning("Could not set %s on pod %s: %s", DELETION_COST, name, error)
+            self._dirty.add(key)
             return
         self._pods[key] = (name, wanted)
