@@ -68,6 +68,7 @@ LITERALS = (
     Literal("manifests/kustomization.yaml", r"^\s*newTag: \"?(?P<v>[^\"\s]+?)\"?$"),
     Literal("manifests/samples/*.yaml", r"ghcr\.io/apportion/apportion-demo:(?P<v>\S+)$"),
     Literal("plugins/krew/apportion.yaml", r"^\s*version: v(?P<v>\S+)$"),
+    Literal("manifests/argocd/operator.yaml", r"^\s*targetRevision: (?P<v>\S+)$"),
     # Maven's CI-friendly version: the tree builds the SNAPSHOT of the version to come.
     Literal("pom.xml", r"<revision>(?P<v>[^<]+)-SNAPSHOT</revision>"),
 )

@@ -36,11 +36,15 @@ from apportion.api.assignment import (
 )
 from apportion_dev.devcluster import DevCluster
 from apportion_dev.devcluster import registry as oci
+from apportion_dev.devcluster.argocd import NAMESPACE as ARGOCD_NAMESPACE
+from apportion_dev.devcluster.argocd import ArgoCD
 from apportion_dev.devcluster.flux import Flux
 from apportion_dev.devcluster.realnode.host import CLUSTER_CIDR, GATEWAY
 from apportion_dev.gitserver import GitServer
 from tests.e2e.conftest import install_crds
 from tests.support import release
+from tests.support.argocd import ArgoApp, health_status, sync_status
+from tests.support.argocd import shipped as argocd_shipped
 from tests.support.flux import KUSTOMIZE_API, SOURCE_API, condition
 from tests.support.gitops import ObjectWatch
 from tests.support.postgres import PostgresServer
@@ -324,6 +328,156 @@ def remove_flux_operator(cluster: DevCluster, namespace: str) -> None:
     cluster.kubectl(*flux_delete, "kustomization", "apportion-operator", check=False)
     cluster.kubectl(*flux_delete, "ocirepository,gitrepository", "--all", check=False)
     remove_operator(cluster)
+
+
+def argocd_operator(published: Published) -> dict[str, Any]:
+    """The shipped manifests/argocd/operator.yaml for this release: the chart from the
+    dev-cluster's registry (the published name, its host changed) at VERSION."""
+    app = argocd_shipped("operator.yaml")
+    source = app["spec"]["source"]
+    assert source["repoURL"] == f"oci://ghcr.io/{oci.CHART_REPOSITORY}/apportion"
+    source["repoURL"] = f"oci://{published.cluster.registry}/{oci.CHART_REPOSITORY}/apportion"
+    source["targetRevision"] = VERSION
+    return app
+
+
+def plain_http_repository(url: str) -> dict[str, Any]:
+    """What Argo CD needs for the dev-cluster's plain-HTTP registry, and ghcr.io does not: a
+    repository Secret for the chart's URL (docs/gitops.md)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "apportion-chart",
+            "namespace": ARGOCD_NAMESPACE,
+            "labels": {"argocd.argoproj.io/secret-type": "repository"},
+        },
+        "stringData": {"type": "oci", "url": url, "insecureOCIForceHttp": "true"},
+    }
+
+
+def apportion_crds(cluster: DevCluster) -> list[dict[str, Any]]:
+    listing = cluster.kubectl(
+        "get", "crd", "-l", "app.kubernetes.io/part-of=apportion", "-o", "json",
+        "--show-managed-fields",
+    )  # fmt: skip
+    return list(json.loads(listing.stdout)["items"])
+
+
+def remove_crds(cluster: DevCluster) -> None:
+    """The CRDs go too, so that the Application is seen installing them; no set may be left
+    (deleting a CRD deletes its objects)."""
+    if not apportion_crds(cluster):
+        return
+    assert not cluster.kubectl("get", "apportion", "-A", "-o", "name").stdout.strip()
+    cluster.kubectl("delete", "crd", "-l", "app.kubernetes.io/part-of=apportion", "--wait=true")
+    assert not apportion_crds(cluster)
+
+
+def test_argocd_installs_the_operator_from_the_released_chart_beside_a_set_from_git(
+    published: Published, tmp_path: Path
+) -> None:
+    """Both Applications created at once, as a cluster's bootstrap does: the operator's
+    (operator.yaml) syncs the chart, CRDs first; the set's (application.yaml) fails while the
+    CRDs are missing and its retry syncs it once they exist. Deleting the operator's Application
+    removes the operator and keeps the CRDs and the set."""
+    cluster = published.cluster
+    remove_crds(cluster)
+    namespace = f"argocd-install-{secrets.token_hex(3)}"
+    cluster.kubectl("create", "namespace", namespace)
+    sample = yaml.safe_load_all((published.dist / "samples" / "partitionset-demo.yaml").read_text())
+    operator_app = argocd_operator(published)
+    repository = plain_http_repository(operator_app["spec"]["source"]["repoURL"])
+    with (
+        ArgoCD.start(cluster, tmp_path / "argocd") as argocd,
+        GitServer(tmp_path / "git") as git,
+    ):
+        sets = ArgoApp(argocd, git, namespace)
+        sha = sets.commit({"partitionset-demo.yaml": [o for o in sample if o]}, "the sample")
+        operator_manifests = yaml.safe_dump_all([repository, operator_app])
+        cluster.kubectl("apply", "-f", "-", input=operator_manifests)
+        sets.install()
+        try:
+            healthy = sets.wait(sha, "Healthy", wait_for, timeout=420)
+            operator = wait_for(
+                lambda: operator_synced(argocd, published),
+                timeout=120,
+                message=lambda: json.dumps(argocd.application("apportion").get("status")),
+            )
+            ran_from_the_registry(published, operator_pods(cluster), OPERATOR_IMAGE)
+            # CRDs first: the chart's CRDs, installed by this Application, before its operator.
+            (statefulset,) = json.loads(
+                cluster.kubectl("get", "-n", SYSTEM, "statefulset", "-o", "json").stdout
+            )["items"]
+            started = statefulset["metadata"]["creationTimestamp"]
+            crds = apportion_crds(cluster)
+            assert len(crds) == 3
+            for crd in crds:
+                # applied by Argo CD: they carry no tracking annotation, their field manager
+                # says who wrote them
+                managers = {m["manager"] for m in crd["metadata"]["managedFields"]}
+                assert "argocd-controller" in managers, managers
+                assert crd["metadata"]["creationTimestamp"] <= started
+            # the set's first attempts found no PartitionSet kind; a retry applied it
+            pset = json.loads(
+                cluster.kubectl("get", "-n", namespace, "pset", "demo", "-o", "json").stdout
+            )
+            assert pset["metadata"]["creationTimestamp"] >= max(
+                c["metadata"]["creationTimestamp"] for c in crds
+            )
+            print(
+                "argocd install:",
+                json.dumps(
+                    {
+                        "set_sync_retries": healthy["status"]["operationState"].get(
+                            "retryCount", 0
+                        ),
+                        "operator_revision": operator["status"]["sync"]["revision"],
+                    }
+                ),
+            )
+            # A second comparison finds nothing to change: no drift from the operator's own
+            # writes or the API server's defaults, with no ignoreDifferences.
+            argocd.refresh("apportion")
+            wait_for(
+                lambda: compared_again(argocd, operator),
+                timeout=60,
+                message=lambda: json.dumps(argocd.application("apportion").get("status")),
+            )
+            assert sync_status(argocd.application("apportion")) == "Synced"
+        finally:
+            sets.delete()
+            cluster.kubectl(
+                "delete", "-n", ARGOCD_NAMESPACE, "application", "apportion", "--timeout=180s",
+                check=False,
+            )  # fmt: skip
+        # The operator went with its Application; the CRDs stayed (Argo CD never cascades a CRD).
+        assert not operator_pods(cluster)
+        assert len(apportion_crds(cluster)) == 3
+    remove_operator(cluster)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def operator_synced(argocd: ArgoCD, published: Published) -> dict[str, Any] | None:
+    """The operator's Application once synced at the chart's digest, its last sync done, and
+    Healthy (the operator's StatefulSet ready)."""
+    app = argocd.application("apportion")
+    status = app.get("status", {})
+    chart = published.digest(f"ghcr.io/{oci.CHART_REPOSITORY}/apportion:{VERSION}")
+    done = status.get("operationState", {})
+    return (
+        app
+        if sync_status(app) == "Synced"
+        and status["sync"].get("revision") == chart
+        and done.get("phase") == "Succeeded"
+        and health_status(app) == "Healthy"
+        else None
+    )
+
+
+def compared_again(argocd: ArgoCD, before: dict[str, Any]) -> bool:
+    after = argocd.application("apportion").get("status", {})
+    return bool(after.get("reconciledAt", "") > before["status"]["reconciledAt"])
 
 
 # N-1: the release of an earlier commit, cut by the same command: the last one CI landed before

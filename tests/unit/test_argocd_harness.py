@@ -62,3 +62,23 @@ def test_the_shipped_applicationset_makes_applications_like_the_shipped_one() ->
     assert "preserveResourcesOnDeletion" not in appset["spec"].get("syncPolicy", {})
     source = appset["spec"]["generators"][0]["git"]["repoURL"]
     assert template["source"]["repoURL"] == source
+
+
+def test_the_shipped_operator_application_installs_the_released_chart_and_keeps_the_crds() -> None:
+    app = yaml.safe_load((SHIPPED / "operator.yaml").read_text())
+    source = app["spec"]["source"]
+    assert source["repoURL"] == "oci://ghcr.io/apportion/charts/apportion"
+    assert source["path"] == "."
+    assert source["helm"]["releaseName"] == app["metadata"]["name"] == "apportion"
+    assert app["spec"]["destination"]["namespace"] == "apportion-system"
+    assert app["metadata"]["finalizers"] == [FINALIZER]
+    assert "CreateNamespace=true" in app["spec"]["syncPolicy"]["syncOptions"]
+    assert "ignoreDifferences" not in app["spec"]
+    assert "skipCrds" not in source["helm"]
+
+
+def test_the_sets_application_retries_while_the_crds_are_missing() -> None:
+    app = yaml.safe_load((SHIPPED / "application.yaml").read_text())
+    retry = app["spec"]["syncPolicy"]["retry"]
+    assert retry["limit"] > 0
+    assert retry["backoff"]["maxDuration"]
