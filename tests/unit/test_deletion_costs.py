@@ -118,11 +118,11 @@ async def test_a_cost_the_api_server_was_away_for_is_set_once_it_is_back() -> No
             super().__init__()
             self.refusals = refusals
 
-        async def patch(self, kind: Any, name: str, body: Mapping[str, Any], **kw: Any) -> None:
+        async def patch(self, _kind: Any, name: str, body: Mapping[str, Any], **_: Any) -> None:
             if self.refusals:
                 self.refusals -= 1
                 raise httpx2.ConnectError("All connection attempts failed")
-            await super().patch(kind, name, body, **kw)
+            await super().patch(_kind, name, body)
 
     cluster = Away(refusals=2)
     costs = DeletionCosts(cluster)  # type: ignore[arg-type]

@@ -351,6 +351,14 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
             for key in woken:
                 self.notify(key)
 
+    def _forget_versions(self, namespace: str | None) -> None:
+        """The API server went back in time (etcd restored): the versions held are from a
+        history that is gone, and the relist's older ones must replace them."""
+        for name, ns in self._namespaces.items():
+            if namespace is None or name == namespace:
+                for kept in ns.kept.values():
+                    kept.version = 0
+
     def _drop_unlisted(self, namespace: str | None, listed: set[str]) -> None:
         """After a full list of `namespace` (None: of the scope): what it did not find is gone."""
         for name, ns in self._namespaces.items():
@@ -399,6 +407,8 @@ class SelectedCache(Mapping[str, Collection[F]], Generic[F]):
 
         def restarted(reason: str) -> None:
             telemetry.WATCH_RESTARTS.labels(self.plural, reason).inc()
+            if reason == "rewound":
+                self._forget_versions(namespace)
 
         return ListWatch(
             self.client,
