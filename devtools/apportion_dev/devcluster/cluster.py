@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from apportion_dev.devcluster import distserver, pki, processes, registry
+from apportion_dev.devcluster import distserver, pki, processes, registry, restore
 from apportion_dev.devcluster.build import Progress, ensure_built
 from apportion_dev.devcluster.credentials import (
     new_token,
@@ -118,7 +118,9 @@ class DevCluster:
         # A cluster this interpreter started attached is stopped at the latest when the
         # interpreter exits; one found through attach() is stopped only on request.
         self._finalizer = (
-            weakref.finalize(self, _shutdown, list(state.processes), layout, Path(state.bin_dir))
+            # The list itself, not a copy: components restarted by `restore_etcd` replace
+            # their records in it.
+            weakref.finalize(self, _shutdown, state.processes, layout, Path(state.bin_dir))
             if owned
             else None
         )
@@ -347,6 +349,31 @@ class DevCluster:
             raise DevClusterError(f"{name} is not a further real node of this cluster")
         processes.terminate(records, grace=0.0)
         host.kill_pods(name)
+
+    def backup_etcd(self, destination: Path) -> Path:
+        """A backup of everything the API server stores (`devcluster.restore`)."""
+        (etcd,) = (r for r in self._state.processes if r.name == "etcd")
+        return restore.backup(etcd, self._layout.etcd_data, destination)
+
+    def restore_etcd(self, backup: Path) -> None:
+        """Kubernetes' recovery procedure with `backup` (`devcluster.restore`): the API server
+        and the controller manager stopped, etcd's data replaced, all three started again on
+        the same addresses; the pod simulator, the nodes and every client keep running."""
+        layout, state = self._layout, self._state
+
+        def etcd_healthy() -> bool:
+            health = http_get_json(f"{self.etcd}/health")
+            return bool(health and health.get("health") == "true")
+
+        ready = {
+            "etcd": etcd_healthy,
+            "kube-apiserver": lambda: self.readyz() == "ok",
+            "kube-controller-manager": lambda: True,
+        }
+        restore.restore(
+            state.processes, layout.etcd_data, backup, ready, attached=self._finalizer is not None
+        )
+        save_state(layout, state)
 
     def pid(self, component: str) -> int:
         """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
