@@ -20,8 +20,9 @@ acks as they were, all at once, while the workers keep serving what they saw sin
 operator keeps its memory (it runs through the restore, as Kubernetes' procedure leaves it). A
 worker notices (an older table, or its watch finds the server behind it) and writes its ack
 again naming the set. The operator may restart before it repaired the table only while a live
-worker knows the newest epoch, and only after the workers noticed: the window docs/handoff.md
-states (otherwise its first table could reuse an epoch nobody alive has seen).
+worker knows the newest epoch, only after the workers noticed, and its first pass reads their
+acks: the window docs/handoff.md states (otherwise its first table could reuse an epoch nobody
+alive has seen).
 
 Pods restart in place too (rebalance.restartGrace, `engine.restarts`): a pod without a running
 process is NotReady, and a member that is NotReady or gone (a StatefulSet ordinal, p0 and p1;
@@ -283,6 +284,9 @@ class HandoffModel(RuleBasedStateMachine):
             for name in sorted(self.unaware & self.procs.keys()):
                 self.write_ack(name, lands_now=True, rewound=True)
             self.unaware.clear()
+            # ... and its first pass reads those acks before a worker that wrote one exits:
+            # an epoch only an exited worker saw is known to nobody (docs/handoff.md).
+            self.operator_step(self.now)
 
     def newest_epoch_known_alive(self) -> bool:
         return any(p.view.epoch == self.latest.epoch for p in self.procs.values())
