@@ -1,5 +1,6 @@
 """The Java client's Worker (clients/java) against the real API server: it follows tables the
-Python writer publishes (plain and chunked), ignores a replayed older table, releases and
+Python writer publishes (plain and chunked), acts on no replayed older table but takes it for
+the API server gone back (an etcd restore) and acknowledges again naming the set, releases and
 acknowledges on its own Pod, drains on SIGTERM, and cannot acknowledge for a newer pod of its
 name. It runs as the sample `dev.apportion.client.sample.PrintingWorker`, one JSON line per
 callback."""
@@ -215,12 +216,18 @@ def test_java_worker_follows_acknowledges_and_drains(
     publish(kubectl, namespace, table(namespace, uid, 4, fourth))
     wait_for(lambda: java.saw("acquire", ["3"], 4), message="no acquire of epoch 4")
     assert [e["epoch"] for e in java.events if e["event"] != "started"] == [1, 2, 3, 4]
+    # ... but it tells the operator of the epoch it saw, naming the set (docs/handoff.md,
+    # "When the cluster is restored from a backup"), in this ack and every one after.
+    wait_for(
+        lambda: (pod_ack(kubectl, namespace, "w0") or {}).get("set") == "set-uid",
+        message="no ack naming the set after the older table",
+    )
 
     java.process.send_signal(signal.SIGTERM)
     wait_for(
         lambda: (
             pod_ack(kubectl, namespace, "w0")
-            == {"uid": uid, "epoch": 4, "pending": [], "draining": True}
+            == {"uid": uid, "epoch": 4, "pending": [], "draining": True, "set": "set-uid"}
         ),
         message="no draining ack after SIGTERM",
     )
@@ -237,6 +244,7 @@ def test_java_worker_follows_acknowledges_and_drains(
         "epoch": 5,
         "pending": [],
         "draining": True,
+        "set": "set-uid",
     }
     assert not [e for e in java.events if e["event"] == "revoke"], java.events
     assert java.process.returncode == 128 + signal.SIGTERM
