@@ -3,6 +3,7 @@ cluster with kubelets (bound, Running/Ready with loopback IPs, graceful deletion
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -10,7 +11,9 @@ import re
 import signal
 import subprocess
 import textwrap
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +23,7 @@ import yaml
 from apportion_dev.devcluster import SIMULATE_ANNOTATION, DevCluster, DevClusterError
 from apportion_dev.devcluster.net import http_get
 from apportion_dev.devcluster.paths import module_versions
-from apportion_dev.devcluster.processes import is_running
+from apportion_dev.devcluster.processes import ProcessRecord, is_running
 
 GRACE = 2
 
@@ -471,3 +474,109 @@ def _answers(cluster: DevCluster) -> bool:
         return cluster.readyz() == "ok"
     except OSError:
         return False
+
+
+def test_restore_etcd_puts_the_backed_up_state_back_under_the_same_addresses(
+    tmp_path: Path, wait_for
+) -> None:
+    """Kubernetes' etcd recovery procedure on the dev-cluster: after `restore_etcd`, what was
+    written since the backup is gone, the control plane answers on the URLs clients already
+    hold, the records (and the state file `attach` reads) name the restarted processes, and
+    `stop` leaves none of the old or new processes behind."""
+    state_dir = tmp_path / "cluster"
+    cluster = DevCluster.start(state_dir)
+    seen: list[ProcessRecord] = []
+    try:
+        cluster.kubectl("create", "namespace", "restored")
+        cluster.kubectl("create", "configmap", "kept", "-n", "restored", "--from-literal=v=1")
+        backup = cluster.backup_etcd(tmp_path / "backup")
+        cluster.kubectl("patch", "configmap", "kept", "-n", "restored", "-p", '{"data":{"v":"2"}}')
+        cluster.kubectl("create", "configmap", "later", "-n", "restored", "--from-literal=v=1")
+        assert _data(cluster, "kept") == {"v": "2"}
+        before = {r.name: r for r in cluster._state.processes}
+        seen += before.values()
+
+        started = time.monotonic()
+        cluster.restore_etcd(backup)
+        print(f"restore took {time.monotonic() - started:.1f}s")
+
+        after = {r.name: r for r in cluster._state.processes}
+        seen += after.values()
+        assert _data(cluster, "kept") == {"v": "1"}
+        gone = cluster.kubectl("get", "configmap", "later", "-n", "restored", check=False)
+        assert gone.returncode != 0, gone.stdout
+        assert "NotFound" in gone.stderr
+        assert cluster.readyz() == "ok"
+        assert cluster.process_status() == dict.fromkeys(before, True)
+        for name in ("etcd", "kube-apiserver", "kube-controller-manager"):
+            assert after[name].pid != before[name].pid, name
+            assert not is_running(before[name]), f"the old {name} still runs"
+        assert after["podsim"] == before["podsim"], "the pod simulator ran through the restore"
+        attached = DevCluster.attach(state_dir)
+        assert {n: attached.pid(n) for n in after} == {n: r.pid for n, r in after.items()}
+        assert all(attached.process_status().values())
+
+        # A client that starts now (lists, then watches) sees a write made after the restore,
+        # and the restarted controller-manager acts on it (the namespace's default account).
+        with _watching(cluster, "configmaps", "-n", "restored") as lines:
+            wait_for(lambda: "configmap/kept" in lines, message=lambda: f"no listing: {lines}")
+            cluster.kubectl("create", "configmap", "after", "-n", "restored")
+            wait_for(lambda: "configmap/after" in lines, message=lambda: f"no event: {lines}")
+        cluster.kubectl("create", "namespace", "after-restore")
+        wait_for(
+            lambda: cluster.kubectl(
+                "get", "serviceaccount", "default", "-n", "after-restore", check=False
+            ).returncode == 0,
+            message="the restarted controller-manager never created the default ServiceAccount",
+        )  # fmt: skip
+    finally:
+        cluster.stop()
+    left = [r for r in seen if is_running(r)]
+    assert not left, f"still running after stop: {left}"
+    assert not _processes_naming(state_dir), "a process still names the state directory"
+    assert not state_dir.exists()
+
+
+def _data(cluster: DevCluster, name: str) -> dict[str, str]:
+    found = cluster.kubectl("get", "configmap", name, "-n", "restored", "-o", "json").stdout
+    data: dict[str, str] = json.loads(found)["data"]
+    return data
+
+
+@contextlib.contextmanager
+def _watching(cluster: DevCluster, *args: str) -> Iterator[list[str]]:
+    """`kubectl get --watch -o name` running; the lines it printed so far, as they come."""
+    argv = [str(cluster.bin_dir / "kubectl"), f"--kubeconfig={cluster.kubeconfig}", "get", *args]
+    watch = subprocess.Popen(
+        [*argv, "--watch", "-o", "name"], stdout=subprocess.PIPE, text=True, env=cluster.env
+    )
+    lines: list[str] = []
+    output = watch.stdout
+    assert output is not None
+
+    def read() -> None:
+        for line in output:
+            lines.append(line.strip())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield lines
+    finally:
+        watch.kill()
+        watch.wait()
+        reader.join(5)
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Pids whose command line names `path`: every component's does (data, certificates,
+    kubeconfig or state directory)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(path).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
