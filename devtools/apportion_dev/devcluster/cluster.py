@@ -370,10 +370,17 @@ class DevCluster:
             "kube-apiserver": lambda: self.readyz() == "ok",
             "kube-controller-manager": lambda: True,
         }
-        restore.restore(
-            state.processes, layout.etcd_data, backup, ready, attached=self._finalizer is not None
-        )
-        save_state(layout, state)
+        try:
+            restore.restore(
+                state.processes,
+                layout.etcd_data,
+                backup,
+                ready,
+                attached=self._finalizer is not None,
+            )
+        finally:
+            # Also after a failed restore: `stop` from another shell must find what did start.
+            save_state(layout, state)
 
     def pid(self, component: str) -> int:
         """Process id of a component (`kube-apiserver`, …), e.g. to SIGSTOP it in a test."""
