@@ -54,8 +54,9 @@ itself."""
 RETRY_MIN = 0.2
 RETRY_MAX = 5.0
 PAGE = 500
-TOO_LARGE = "ResourceVersionTooLarge"
 """Objects per page of a LIST: what is parsed at once."""
+TOO_LARGE = "ResourceVersionTooLarge"
+"""The cause of a 504 for a version newer than anything the server holds."""
 
 T = TypeVar("T")
 E = TypeVar("E")

@@ -360,22 +360,21 @@ class DevCluster:
         and the controller manager stopped, etcd's data replaced, all three started again on
         the same addresses; the pod simulator, the nodes and every client keep running."""
         layout, state = self._layout, self._state
-
-        def etcd_healthy() -> bool:
-            health = http_get_json(f"{self.etcd}/health")
-            return bool(health and health.get("health") == "true")
-
         ready = {
-            "etcd": etcd_healthy,
-            "kube-apiserver": lambda: self.readyz() == "ok",
+            "etcd": lambda: _etcd_healthy(self.etcd),
+            "kube-apiserver": lambda: _apiserver_ready(self.server, self.token, self.ca_file),
             "kube-controller-manager": lambda: True,
         }
+
+        def wait(record: ProcessRecord) -> None:
+            _wait_until(ready[record.name], [record], f"{record.name} after the restore")
+
         try:
             restore.restore(
                 state.processes,
                 layout.etcd_data,
                 backup,
-                ready,
+                wait,
                 attached=self._finalizer is not None,
             )
         finally:
@@ -639,12 +638,19 @@ def _start_etcd(
         ],
     )
 
-    def healthy() -> bool:
-        health = http_get_json(f"{client}/health")
-        return bool(health and health.get("health") == "true")
-
-    _wait_or_retry(healthy, record, started, "etcd")
+    _wait_or_retry(lambda: _etcd_healthy(client), record, started, "etcd")
     return client
+
+
+def _etcd_healthy(client: str) -> bool:
+    health = http_get_json(f"{client}/health")
+    return bool(health and health.get("health") == "true")
+
+
+def _apiserver_ready(server: str, token: str, ca_file: Path) -> bool:
+    if not ca_file.exists():
+        return False
+    return http_get(f"{server}/readyz", token=token, ca_file=ca_file) == (200, "ok")
 
 
 def _version_of(bin_dir: Path) -> str:
@@ -686,12 +692,9 @@ def _start_apiserver(
         ],
     )
 
-    def ready() -> bool:
-        if not layout.ca_file.exists():
-            return False
-        return http_get(f"{server}/readyz", token=token, ca_file=layout.ca_file) == (200, "ok")
-
-    _wait_or_retry(ready, record, started, "kube-apiserver")
+    _wait_or_retry(
+        lambda: _apiserver_ready(server, token, layout.ca_file), record, started, "kube-apiserver"
+    )
     return server
 
 

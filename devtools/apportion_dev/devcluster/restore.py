@@ -15,17 +15,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from apportion_dev.devcluster import processes
-from apportion_dev.devcluster.paths import DevClusterError
 from apportion_dev.devcluster.processes import ProcessRecord
 
 STOPPED_FOR_RESTORE = ("kube-controller-manager", "kube-apiserver", "etcd")
 """Stopped in this order (who talks to the API server first), started in the reverse."""
-READY_TIMEOUT = 60.0
 
 
 def backup(etcd: ProcessRecord, data_dir: Path, destination: Path) -> Path:
@@ -51,12 +48,12 @@ def restore(
     records: list[ProcessRecord],
     data_dir: Path,
     backup_dir: Path,
-    ready: dict[str, Callable[[], bool]],
+    wait_ready: Callable[[ProcessRecord], None],
     *,
     attached: bool,
 ) -> None:
     """Stop the components of STOPPED_FOR_RESTORE, put `backup_dir` in place of `data_dir`,
-    start them again in reverse order, each once `ready[name]` says so. `records` (the
+    start them again in reverse order, each once `wait_ready` returns for it. `records` (the
     cluster's process list) is updated in place, so stopping the cluster stops the new ones."""
     stopping = [_record(records, name) for name in STOPPED_FOR_RESTORE]
     commands = {r.name: command_of(r) for r in stopping}
@@ -68,22 +65,9 @@ def restore(
         argv, env = commands[old.name]
         new = processes.spawn(old.name, argv, Path(old.log), env=env, attached=attached)
         records[records.index(old)] = new
-        _wait(ready[old.name], new)
+        wait_ready(new)
 
 
 def _record(records: Sequence[ProcessRecord], name: str) -> ProcessRecord:
     (found,) = (r for r in records if r.name == name)
     return found
-
-
-def _wait(ready: Callable[[], bool], record: ProcessRecord) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while not ready():
-        if not processes.is_running(record):
-            raise DevClusterError(
-                f"{record.name} exited after the restore; last lines of {record.log}:\n"
-                f"{processes.log_tail(record)}"
-            )
-        if time.monotonic() > deadline:
-            raise DevClusterError(f"{record.name} not ready {READY_TIMEOUT:.0f}s after the restore")
-        time.sleep(0.1)

@@ -163,8 +163,10 @@ def acked_epoch(pods: Sequence[WorkerPod], ref: ResourceRef) -> int:
     the API server went back in time (acks naming the set, `Ack.set_uid`); each counts only for
     the pod incarnation that wrote it (0: none). Other acks cannot tell: one may be left by a
     deleted set of the same name, whose epochs this set's do not continue."""
-    acks, _ = parse_acks(pods, ref.ack_annotation)
-    uids = {pod.name: pod.uid for pod in pods}
+    # Every pass asks, and almost never finds one: parse only acks whose text names the set.
+    naming = [pod for pod in pods if ref.uid in (pod.ack(ref.ack_annotation) or "")]
+    acks, _ = parse_acks(naming, ref.ack_annotation)
+    uids = {pod.name: pod.uid for pod in naming}
     return max(
         (a.epoch for name, a in acks.items() if a.uid == uids[name] and a.set_uid == ref.uid),
         default=0,
